@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Set up and run the course: the two commands of the README.
+
+    python3 course.py lab     install the course (once) and open JupyterLab on notebooks/
+    python3 course.py test    install the course (once) and run every test, as CI does
+    python3 course.py check ex01   grade your own exercises/ex01_*.py in the terminal
+
+Only the standard library is used here, so this runs on a fresh Python 3.10+.
+The course installs into the active virtual or conda environment; with none
+active it creates `.venv/` beside this file and uses that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+
+
+def say(message: str) -> None:
+    print(f"[course] {message}", flush=True)
+
+
+def environment_python() -> Path:
+    """The Python that runs the course: the active environment's, or .venv's (created on demand)."""
+    active = os.environ.get("VIRTUAL_ENV") or os.environ.get("CONDA_PREFIX")
+    if active and Path(sys.prefix).resolve() == Path(active).resolve():
+        return Path(sys.executable)
+    if not (VENV / "bin" / "python").exists():
+        say(f"creating a virtual environment in {VENV}")
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    return VENV / "bin" / "python"
+
+
+def install(python: Path) -> None:
+    """pip-install the course and its pinned packages, skipped when pyproject.toml has not changed."""
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    stamp = Path(
+        subprocess.run(
+            [str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    ) / ".multigpu-course-installed"
+    if stamp.exists() and stamp.read_text().strip() == f"{digest} {ROOT}":
+        return
+    say("installing the course and its packages (torch 2.14.1 is large: a few minutes the first time)")
+    result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", str(ROOT)])
+    if result.returncode != 0:
+        sys.exit("[course] pip could not install the course; its message is above.")
+    stamp.write_text(f"{digest} {ROOT}\n")
+
+
+def lab(python: Path, extra: list[str]) -> int:
+    say("opening JupyterLab on notebooks/ (stop it with Ctrl-C)")
+    return subprocess.call([str(python), "-m", "jupyter", "lab", f"--notebook-dir={ROOT / 'notebooks'}", *extra])
+
+
+def pytest(python: Path, args: list[str], report: Path | None = None, quiet: bool = False) -> int:
+    command = [str(python), "-m", "pytest", *args]
+    if report is not None:
+        command += ["--course-report", str(report)]
+    if quiet:
+        return subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    return subprocess.call(command, cwd=ROOT)
+
+
+def graded_results(report: Path) -> list[dict]:
+    return [t for t in json.loads(report.read_text())["tests"] if t["points"] is not None]
+
+
+def check_stubs_fail(python: Path) -> bool:
+    """Every graded test must fail on the untouched stubs: a test that passes there grades nothing."""
+    say("step 1/2: the graded tests against the untouched exercise stubs (every one must fail)")
+    with tempfile.TemporaryDirectory() as tmp:
+        stubs, solutions = Path(tmp) / "stubs.json", Path(tmp) / "solutions.json"
+        pytest(python, ["-m", "points", "--target", "exercises", "-q"], stubs, quiet=True)
+        pytest(python, ["-m", "points", "--target", "solutions", "-q", "--collect-only"], solutions, quiet=True)
+        if not stubs.exists() or not solutions.exists():
+            say("FAILED: pytest wrote no report for the stub run")
+            return False
+        ran, expected = graded_results(stubs), graded_results(solutions)
+    passed = [t["nodeid"] for t in ran if t["outcome"] == "passed"]
+    failed = [t for t in ran if t["outcome"] == "failed"]
+    skipped = [t for t in ran if t["outcome"] == "skipped"]
+    say(f"graded tests on the stubs: {len(failed)} failed, {len(passed)} passed, {len(skipped)} skipped "
+        f"(of {len(expected)} collected)")
+    ok = True
+    if passed:
+        ok = False
+        say("FAILED: these graded tests pass on the untouched stubs, so they grade nothing:")
+        for nodeid in passed:
+            print(f"    {nodeid}")
+    if len(ran) != len(expected) or not expected:
+        ok = False
+        say(f"FAILED: {len(ran)} graded tests ran on the stubs but {len(expected)} were collected")
+    return ok
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in {"lab", "test", "check"}:
+        print(__doc__)
+        return 2
+    command, extra = argv[0], argv[1:]
+    python = environment_python()
+    install(python)
+    if command == "lab":
+        return lab(python, extra)
+    if command == "check":
+        if not extra:
+            sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")
+        return subprocess.call([str(python), "-m", "course_lib.check", *extra], cwd=ROOT)
+    stubs_ok = check_stubs_fail(python)
+    say("step 2/2: the whole suite against the solutions (course library, notebooks, graded tests)")
+    code = pytest(python, ["--target", "solutions", *extra])
+    if not stubs_ok:
+        say("the stub check above FAILED")
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

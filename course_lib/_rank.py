@@ -1,0 +1,145 @@
+"""What runs inside one rank started by `course_lib.dist.launch` (notebook 04 explains launching).
+
+This module is preloaded in the fork server together with torch, so a rank
+starts in milliseconds instead of re-importing torch for a few seconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import signal
+import sys
+import traceback
+from datetime import timedelta
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+# Messages on the result pipe start with one of these bytes.
+RESULT, ERROR = b"R", b"E"
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this rank when its parent (the fork server) dies, so a killed kernel leaves none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's finally still kills the ranks
+        pass
+
+
+def _redirect_output(out_fd: int, err_fd: int) -> None:
+    # Redirecting the file descriptors, not just sys.stdout, also catches what C++ (gloo, NCCL) prints.
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
+def _apply_limits(limits: dict) -> None:
+    """Resource limits for untrusted code (the grader): memory, processes, and an unprivileged user."""
+    import resource
+
+    if limits.get("memory_bytes"):
+        resource.setrlimit(resource.RLIMIT_AS, (limits["memory_bytes"], limits["memory_bytes"]))
+    if limits.get("max_processes"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_processes"], limits["max_processes"]))
+    if limits.get("file_bytes"):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limits["file_bytes"], limits["file_bytes"]))
+    if limits.get("cwd"):
+        os.chdir(limits["cwd"])
+    if limits.get("uid") is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setgid(limits.get("gid", limits["uid"]))
+        os.setuid(limits["uid"])
+
+
+def to_cpu(value):
+    """Tensors returned from a CUDA rank come back on the CPU; containers are walked."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def encode_result(value, plain: bool) -> bytes:
+    value = to_cpu(value)
+    if plain:  # loaded with torch.load(weights_only=True): tensors, numbers, strings and containers only
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+    return cloudpickle.dumps(value)
+
+
+def rank_main(
+    rank: int,
+    world_size: int,
+    payload: bytes,
+    result_conn,
+    out_conn,
+    err_conn,
+    options: dict,
+) -> None:
+    """Entry point of one rank: set up, run the user's function, send back its result or its traceback."""
+    _die_with_parent()
+    os.setsid()  # its own process group: the parent kills the rank and anything it started in one call
+    _redirect_output(out_conn.fileno(), err_conn.fileno())
+    out_conn.close()
+    err_conn.close()
+    os.environ.update(options["env"])
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size)
+    )
+    torch.set_num_threads(options["threads"])
+    initialised = False
+    try:
+        if options.get("limits"):
+            _apply_limits(options["limits"])
+        fn, args = cloudpickle.loads(payload)
+        backend = options["backend"]
+        if backend is not None:
+            store = dist.FileStore(options["store_path"], world_size)
+            kwargs = {}
+            if backend == "nccl":
+                device = torch.device("cuda", rank)
+                torch.cuda.set_device(device)  # before init: NCCL binds this rank to its own GPU
+                kwargs["device_id"] = device
+            dist.init_process_group(
+                backend,
+                store=store,
+                rank=rank,
+                world_size=world_size,
+                timeout=timedelta(seconds=options["pg_timeout"]),
+                **kwargs,
+            )
+            initialised = True
+        value = fn(rank, world_size, *args)
+        message = RESULT + encode_result(value, options["plain_results"])
+    except SystemExit as exc:
+        message = ERROR + (
+            f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "
+            "exiting early counts as a failure.\n"
+        ).encode()
+    except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt included, goes back to the parent
+        # Leave out this function's own frame: the traceback starts in the learner's code.
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next or exc.__traceback__)
+        message = ERROR + "".join(lines).encode("utf-8", "replace")
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    # Report before tearing down: if the others are stuck in a collective, the parent hears of it now.
+    result_conn.send_bytes(message)
+    if initialised:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
