@@ -1,0 +1,138 @@
+"""`check("ex01")`: grade your exercise from a notebook, with a table of tests and points (notebook 00).
+
+The tests run in a separate pytest process against exercises/ (or `target=`), so a
+mistake in your code cannot hang or crash the notebook's kernel.
+
+    python -m course_lib.check ex01 [--target solutions]   the same in a terminal
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["check", "run_check", "CheckResult"]
+
+
+@dataclass
+class CheckResult:
+    """The outcome of `check`: one row per test, and the points (notebook 00)."""
+
+    exercise: str
+    tests: list[dict] = field(default_factory=list)
+    output: str = ""
+
+    @property
+    def earned(self) -> float:
+        return sum(t["points"] or 0 for t in self.tests if t["outcome"] == "passed")
+
+    @property
+    def possible(self) -> float:
+        return sum(t["points"] or 0 for t in self.tests if not t.get("not_graded"))
+
+    @property
+    def all_passed(self) -> bool:
+        return bool(self.tests) and all(t["outcome"] == "passed" or t.get("not_graded") for t in self.tests)
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        rows = []
+        for t in self.tests:
+            name = t["nodeid"].split("::", 1)[-1]
+            if t.get("not_graded"):
+                mark, pts = "not graded", "–"
+            else:
+                mark = {"passed": "passed", "failed": "FAILED", "skipped": "skipped"}[t["outcome"]]
+                got = (t["points"] or 0) if t["outcome"] == "passed" else 0
+                pts = f"{got:g} / {t['points']:g}" if t["points"] is not None else ""
+            message = (t["message"] or "").splitlines()[0] if t["message"] else ""
+            rows.append((name, mark, pts, message))
+        return rows
+
+    def summary(self) -> str:
+        return f"{self.exercise}: {self.earned:g} / {self.possible:g} points"
+
+    def __str__(self) -> str:
+        from course_lib.timing import print_table
+        import contextlib
+        import io
+
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            print_table(["test", "result", "points", "message"],
+                        [(n, m, p, (msg[:100] + "…") if len(msg) > 100 else msg) for n, m, p, msg in self.rows()])
+        return f"{buffer.getvalue()}{self.summary()}"
+
+    def _repr_html_(self) -> str:
+        colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "skipped": "#9a6700", "not graded": "#6e7781"}
+        body = "".join(
+            f"<tr><td style='text-align:left'><code>{html.escape(n)}</code></td>"
+            f"<td style='color:{colour[m]};font-weight:bold'>{'✔ ' if m == 'passed' else '✘ ' if m == 'FAILED' else ''}{m}</td>"
+            f"<td>{html.escape(p)}</td><td style='text-align:left'>{html.escape(msg)}</td></tr>"
+            for n, m, p, msg in self.rows()
+        )
+        return (
+            f"<b>{html.escape(self.summary())}</b>"
+            "<table><tr><th style='text-align:left'>test</th><th>result</th><th>points</th>"
+            f"<th style='text-align:left'>message</th></tr>{body}</table>"
+        )
+
+
+def check(exercise: str, target: str = "exercises", timeout: float = 600.0) -> None:
+    """Run the graded tests of `exercise` (e.g. "ex01") against your files and show a table of points (notebook 00)."""
+    _show(run_check(exercise, target, timeout))
+
+
+def run_check(exercise: str, target: str = "exercises", timeout: float = 600.0) -> CheckResult:
+    """Run the graded tests of `exercise` against `target` and return the result without showing it (notebook 00)."""
+    tests = sorted((ROOT / "tests").glob(f"test_{exercise}_*.py"))
+    if not tests:
+        known = sorted(p.name.split("_")[1] for p in (ROOT / "tests").glob("test_ex*_*.py"))
+        raise ValueError(f"no tests for {exercise!r}; exercises with tests: {', '.join(known) or 'none'}")
+    with tempfile.TemporaryDirectory() as scratch:
+        report = Path(scratch) / "report.json"
+        command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", target, "-q",
+                   "--course-report", str(report), "-p", "no:cacheprovider"]
+        try:
+            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            output = done.stdout + done.stderr
+        except subprocess.TimeoutExpired as expired:
+            output = f"the tests did not finish within {timeout:g} s and were stopped\n{expired.stdout or ''}"
+        if not report.exists():
+            raise RuntimeError(f"pytest did not report any result for {exercise}; its output:\n{output[-3000:]}")
+        return CheckResult(exercise, json.loads(report.read_text())["tests"], output)
+
+
+def _show(result: CheckResult) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+
+        if get_ipython() is not None:
+            display(result)
+            return
+    except ImportError:
+        pass
+    print(result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m course_lib.check", description=__doc__)
+    parser.add_argument("exercise", help="e.g. ex01")
+    parser.add_argument("--target", default="exercises")
+    options = parser.parse_args(argv)
+    result = run_check(options.exercise, options.target)
+    print(result)
+    return 0 if result.all_passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

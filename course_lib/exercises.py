@@ -1,0 +1,105 @@
+"""Make the exercise stubs from the reference solutions, the single source (notebook 00).
+
+In solutions/exNN_topic.py a solution block is marked like this:
+
+    def total_bytes(model):
+        \"\"\"Docstring: the contract, kept in the stub.\"\"\"
+        # BEGIN SOLUTION: add up numel() * element_size() over model.parameters()
+        return sum(p.numel() * p.element_size() for p in model.parameters())
+        # END SOLUTION
+
+and in exercises/exNN_topic.py it becomes
+
+        raise NotImplementedError("add up numel() * element_size() over model.parameters()")
+
+    python -m course_lib.exercises           write exercises/ from solutions/ (edited files are backed up first)
+    python -m course_lib.exercises --check   exit 1 if exercises/ is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?::\s*(?P<hint>.*?))?\s*$")
+END = re.compile(r"^\s*# END SOLUTION\s*$")
+HEADER = (
+    "# Exercise file: replace each `raise NotImplementedError(...)` with your code,\n"
+    "# then run `check(\"{name}\")` in the notebook (or `python3 course.py check {name}`).\n"
+)
+
+
+class StubError(ValueError):
+    """A solution file whose markers do not pair up."""
+
+
+def make_stub(source: str, name: str) -> str:
+    """The exercise stub for one solution file's text (notebook 00)."""
+    out, inside, line_no = [], None, 0
+    for line_no, line in enumerate(source.splitlines(keepends=True), 1):
+        begin, end = BEGIN.match(line), END.match(line)
+        if begin:
+            if inside is not None:
+                raise StubError(f"{name}:{line_no}: BEGIN SOLUTION inside the block opened at line {inside}")
+            inside = line_no
+            hint = begin["hint"] or "write this part"
+            out.append(f"{begin['indent']}raise NotImplementedError({hint!r})\n")
+        elif end:
+            if inside is None:
+                raise StubError(f"{name}:{line_no}: END SOLUTION with no BEGIN SOLUTION before it")
+            inside = None
+        elif inside is None:
+            out.append(line)
+    if inside is not None:
+        raise StubError(f"{name}:{inside}: BEGIN SOLUTION is never closed by END SOLUTION")
+    text = "".join(out)
+    if "NotImplementedError" not in text:
+        raise StubError(f"{name}: no '# BEGIN SOLUTION' block, so the stub would be the solution")
+    return HEADER.format(name=name.split("_")[0]) + text
+
+
+def expected_stubs(solutions: Path = ROOT / "solutions") -> dict[str, str]:
+    """File name -> stub text, for every solutions/ex*.py (notebook 00)."""
+    return {p.name: make_stub(p.read_text(), p.stem) for p in sorted(solutions.glob("ex*.py"))}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.exercises", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="only report files that are out of date")
+    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
+    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
+    options = parser.parse_args(argv)
+    try:
+        stubs = expected_stubs(options.solutions)
+    except StubError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    stale = [n for n, text in stubs.items()
+             if not (options.exercises / n).exists() or (options.exercises / n).read_text() != text]
+    if options.check:
+        for name in stale:
+            print(f"out of date: exercises/{name} (run: python -m course_lib.exercises)")
+        return 1 if stale else 0
+    options.exercises.mkdir(exist_ok=True)
+    for name in stale:
+        path = options.exercises / name
+        if path.exists():  # never lose a learner's work: keep a copy of what is replaced
+            backup = options.exercises / ".backup" / f"{path.stem}.{time.strftime('%Y%m%d-%H%M%S')}.py"
+            backup.parent.mkdir(exist_ok=True)
+            shutil.copy2(path, backup)
+            print(f"backed up exercises/{name} to {backup.relative_to(options.exercises.parent)}")
+        path.write_text(stubs[name])
+        print(f"wrote exercises/{name}")
+    if not stale:
+        print("exercises/ is up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
