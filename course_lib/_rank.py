@@ -32,6 +32,24 @@ def _die_with_parent() -> None:
         pass
 
 
+def _release_fork_server() -> None:
+    """Close this rank's copy of the fork server's "a client is alive" pipe.
+
+    The fork server exits when every holder of that pipe has gone; ranks inherit a
+    copy, so without this a killed kernel would leave the fork server, and with it
+    the ranks (whose death signal is tied to the fork server), running forever.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        try:
+            os.close(server._forkserver_alive_fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
 def _redirect_output(out_fd: int, err_fd: int) -> None:
     # Redirecting the file descriptors, not just sys.stdout, also catches what C++ (gloo, NCCL) prints.
     os.dup2(out_fd, 1)
@@ -89,6 +107,7 @@ def rank_main(
 ) -> None:
     """Entry point of one rank: set up, run the user's function, send back its result or its traceback."""
     _die_with_parent()
+    _release_fork_server()
     os.setsid()  # its own process group: the parent kills the rank and anything it started in one call
     _redirect_output(out_conn.fileno(), err_conn.fileno())
     out_conn.close()
@@ -121,7 +140,13 @@ def rank_main(
             )
             initialised = True
         value = fn(rank, world_size, *args)
-        message = RESULT + encode_result(value, options["plain_results"])
+        try:
+            message = RESULT + encode_result(value, options["plain_results"])
+        except Exception as exc:  # noqa: BLE001
+            message = ERROR + (
+                f"its return value (a {type(value).__name__}) could not be sent back: {type(exc).__name__}: {exc}. "
+                "Return tensors, numbers, strings, or lists, tuples and dicts of those.\n"
+            ).encode()
     except SystemExit as exc:
         message = ERROR + (
             f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "

@@ -1,0 +1,309 @@
+"""course_lib.dist.launch: results, failures, hangs, clean-up, output, and no port clashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_lib.dist import LaunchError, LaunchTimeout, RankFailed, launch, torchrun
+
+
+def _sum_of_ranks(rank, world_size):
+    import torch.distributed as dist
+
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": t, "env_rank": os.environ["RANK"], "local_rank": os.environ["LOCAL_RANK"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[1][0] != "Z"  # a zombie is dead, only not yet reaped
+    except FileNotFoundError:
+        return False
+
+
+def _wait_dead(pids, seconds=10.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_results_come_back_in_rank_order(world_size):
+    results = launch(_sum_of_ranks, world_size, quiet=True)
+    expected_sum = world_size * (world_size + 1) / 2
+    assert [r["rank"] for r in results] == list(range(world_size))
+    assert [r["env_rank"] for r in results] == [str(r) for r in range(world_size)]
+    assert [r["local_rank"] for r in results] == [str(r) for r in range(world_size)]
+    for r in results:
+        torch.testing.assert_close(r["sum"], torch.tensor([expected_sum]))
+
+
+def test_a_function_defined_at_run_time_in_main_travels_by_value():
+    # What a notebook cell does: a function whose module is __main__ and cannot be imported by the ranks.
+    namespace = {"__name__": "__main__"}
+    exec(textwrap.dedent("""
+        SCALE = 10
+        def helper(x):
+            return x * SCALE
+        def cell_function(rank, world_size, offset):
+            return helper(rank) + offset
+    """), namespace)
+    assert launch(namespace["cell_function"], 2, 5, quiet=True) == [5, 15]
+
+
+def _raise_in_rank_1(rank, world_size):
+    import torch.distributed as dist
+
+    if rank == 1:
+        raise ValueError("a learner's bug in rank 1")
+    dist.barrier()  # rank 0 would wait here forever: the failure must still be reported at once
+
+
+def test_a_rank_that_raises_is_reported_promptly_with_its_traceback():
+    start = time.monotonic()
+    with pytest.raises(RankFailed) as info:
+        launch(_raise_in_rank_1, 2, timeout=60, quiet=True)
+    assert time.monotonic() - start < 15, "the failure must not wait for the timeout"
+    assert info.value.rank == 1
+    message = str(info.value)
+    assert "rank 1 of 2" in message and "a learner's bug in rank 1" in message
+    assert "_raise_in_rank_1" in message, "the rank's traceback should name the failing function"
+
+
+def _hang_in_mismatched_collective(rank, world_size, pid_dir):
+    import torch.distributed as dist
+
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    if rank == 0:
+        dist.barrier()  # rank 1 never joins
+    else:
+        time.sleep(1000)
+
+
+def test_a_hang_is_killed_at_the_timeout_and_leaves_no_process(tmp_path):
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match="timed out after 3 s") as info:
+        launch(_hang_in_mismatched_collective, 2, str(tmp_path), timeout=3, quiet=True)
+    elapsed = time.monotonic() - start
+    assert 2.9 < elapsed < 20
+    assert "collective" in str(info.value)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    assert len(pids) == 2
+    assert _wait_dead(pids) == []
+
+
+def _exit_in_rank_1(rank, world_size, how):
+    if rank == 1:
+        if how == "sys.exit":
+            sys.exit(0)
+        os._exit(0)
+    return "rank 0 fine"
+
+
+@pytest.mark.parametrize("how", ["sys.exit", "os._exit"])
+def test_exiting_from_a_rank_is_a_failure_not_a_success(how):
+    with pytest.raises(RankFailed) as info:
+        launch(_exit_in_rank_1, 2, how, timeout=30, quiet=True)
+    assert info.value.rank == 1
+    assert "counts as a failure" in str(info.value)
+
+
+def _start_grandchild_then_hang(rank, world_size, pid_dir):
+    child = subprocess.Popen(["sleep", "1000"])
+    Path(pid_dir, f"grandchild-{rank}").write_text(str(child.pid))
+    Path(pid_dir, f"rank-{rank}").write_text(str(os.getpid()))
+    time.sleep(1000)
+
+
+def test_processes_started_by_a_rank_are_killed_too(tmp_path):
+    with pytest.raises(LaunchTimeout):
+        launch(_start_grandchild_then_hang, 2, str(tmp_path), timeout=3, quiet=True)
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    assert len(pids) == 4
+    assert _wait_dead(pids) == []
+
+
+def test_an_interrupt_kills_the_ranks(tmp_path):
+    # What pressing "interrupt kernel" does: SIGINT to the process waiting in launch().
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            launch(_hang_in_mismatched_collective, 2, str(tmp_path), timeout=60, quiet=True)
+    finally:
+        timer.cancel()
+    pids = [int(p.read_text()) for p in tmp_path.iterdir()]
+    assert pids and _wait_dead(pids) == []
+
+
+KILLED_PARENT = """
+import sys
+from course_lib.dist import launch
+from pathlib import Path
+import os, time
+
+def hang(rank, world_size, pid_dir):
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    time.sleep(1000)
+
+launch(hang, 2, sys.argv[1], timeout=600, quiet=True)
+"""
+
+
+def test_ranks_die_when_the_kernel_is_killed(tmp_path):
+    script = tmp_path / "parent.py"
+    script.write_text(KILLED_PARENT)
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    parent = subprocess.Popen([sys.executable, str(script), str(pid_dir)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pid_dir.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in pid_dir.iterdir()]
+        assert len(pids) == 2, "the ranks never started"
+        parent.kill()  # SIGKILL: no finally runs in the parent
+        parent.wait()
+        assert _wait_dead(pids) == [], "ranks outlived their killed parent"
+    finally:
+        parent.kill()
+
+
+def _print_lines(rank, world_size):
+    print(f"hello from {rank}")
+    print(f"warning from {rank}", file=sys.stderr)
+    os.write(1, f"raw fd write from {rank}\n".encode())  # what C++ code does
+    return rank
+
+
+def test_each_ranks_output_is_shown_with_its_rank(capfd):
+    launch(_print_lines, 2, quiet=True)
+    out, err = capfd.readouterr()
+    for rank in (0, 1):
+        assert f"[rank {rank}] hello from {rank}" in out
+        assert f"[rank {rank}] raw fd write from {rank}" in out
+        assert f"[rank {rank}] warning from {rank}" in err
+
+
+def test_the_backend_is_announced(capsys):
+    launch(_sum_of_ranks, 2)
+    out = capsys.readouterr().out
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert "[launch] 2 ranks" in out
+    assert ("NCCL" in out) if gpus >= 2 else ("gloo on the CPU" in out)
+
+
+CONCURRENT = """
+import torch
+from course_lib.dist import launch
+
+def work(rank, world_size):
+    import torch.distributed as dist
+    t = torch.full((4,), float(rank))
+    dist.all_reduce(t)
+    return t.sum().item()
+
+print(launch(work, 2, quiet=True))
+"""
+
+
+def test_ten_launches_from_different_processes_at_once_never_clash(tmp_path):
+    script = tmp_path / "launch_once.py"
+    script.write_text(CONCURRENT)
+    processes = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True) for _ in range(10)]
+    outputs = [p.communicate(timeout=300) for p in processes]
+    for process, (out, err) in zip(processes, outputs):
+        assert process.returncode == 0, err
+        assert out.strip() == "[4.0, 4.0]"
+
+
+def _return_a_generator(rank, world_size):
+    return (i for i in range(3))
+
+
+def test_a_result_that_cannot_come_back_is_a_clear_failure():
+    with pytest.raises(RankFailed, match="could not"):
+        launch(_return_a_generator, 2, quiet=True)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: launch(_sum_of_ranks, 0), "world_size must be"),
+        (lambda: launch(_sum_of_ranks, "2"), "world_size must be"),
+        (lambda: launch("not a function", 2), "needs a function"),
+        (lambda: launch(_sum_of_ranks, 2, timeout=0), "timeout must be"),
+        (lambda: launch(_sum_of_ranks, 2, backend="mpi"), "backend must be"),
+        (lambda: launch(_sum_of_ranks, 2, threading.Lock()), "cannot be sent to the ranks"),
+    ],
+)
+def test_bad_input_gets_a_clear_error_before_any_rank_starts(call, message):
+    with pytest.raises(LaunchError, match=message):
+        call()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine has the GPUs NCCL needs")
+def test_nccl_without_enough_gpus_says_what_to_do():
+    with pytest.raises(LaunchError, match="backend='gloo'"):
+        launch(_sum_of_ranks, 2, backend="nccl")
+
+
+@pytest.mark.gpu(2)
+def test_nccl_ranks_each_get_their_own_gpu():
+    def on_gpu(rank, world_size):
+        import torch.distributed as dist
+
+        t = torch.ones(2, device="cuda") * rank
+        dist.all_reduce(t)
+        return {"device": torch.cuda.current_device(), "sum": t}
+
+    results = launch(on_gpu, 2)
+    assert [r["device"] for r in results] == [0, 1]
+    assert all(r["sum"].device.type == "cpu" for r in results), "tensors come back on the CPU"
+
+
+TORCHRUN_SCRIPT = """
+import os
+from datetime import timedelta
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+try:
+    t = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} of {dist.get_world_size()} local {os.environ['LOCAL_RANK']} sum {t.item():g}")
+finally:
+    dist.destroy_process_group()
+"""
+
+
+def test_torchrun_streams_the_scripts_output(tmp_path, capsys):
+    script = tmp_path / "allreduce.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    code = torchrun(script, 2, timeout=180)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "rank 0 of 2 local 0 sum 3" in out and "rank 1 of 2 local 1 sum 3" in out
+
+
+def test_torchrun_with_a_missing_script_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no script"):
+        torchrun(tmp_path / "nope.py", 2)
