@@ -1,0 +1,35 @@
+"""Every lesson runs top to bottom on this machine, and is committed without outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from notebook_runner import execute, problems
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def test_there_are_lessons():
+    assert [p.name[:2] for p in NOTEBOOKS][:2] == ["00", "01"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+    dirty = [i for i, c in enumerate(notebook.cells)
+             if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert not dirty, f"{path.name}: cells {dirty} have outputs; clear them before committing"
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_on_this_machine_without_errors(path):
+    notebook = nbformat.read(path, as_version=4)
+    seconds = execute(notebook, cwd=path.parent)
+    found = problems(notebook)
+    assert not found, f"{path.name} produced error output:\n" + "\n".join(found)
+    print(f"{path.name}: {seconds:.1f} s")
