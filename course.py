@@ -31,9 +31,13 @@ def say(message: str) -> None:
 
 def environment_python() -> Path:
     """The Python that runs the course: the active environment's, or .venv's (created on demand)."""
-    active = os.environ.get("VIRTUAL_ENV") or os.environ.get("CONDA_PREFIX")
+    active = os.environ.get("VIRTUAL_ENV")
+    if not active and os.environ.get("CONDA_DEFAULT_ENV") not in (None, "", "base"):
+        active = os.environ.get("CONDA_PREFIX")  # a named conda env, not conda's base
     if active and Path(sys.prefix).resolve() == Path(active).resolve():
         return Path(sys.executable)
+    if active:
+        say(f"an environment is active ({active}) but python3 is not its Python; using {VENV} instead")
     if not (VENV / "bin" / "python").exists():
         say(f"creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
