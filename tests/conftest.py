@@ -56,9 +56,11 @@ def _gpu_count() -> int:
 
 def pytest_collection_modifyitems(config, items):
     gpus = None
+    config.course_collected = []
     for item in items:
         points = item.get_closest_marker("points")
         item.user_properties.append(("points", points.args[0] if points else None))
+        config.course_collected.append({"nodeid": item.nodeid, "points": points.args[0] if points else None})
         needs = item.get_closest_marker("gpu")
         if needs:
             gpus = _gpu_count() if gpus is None else gpus
@@ -118,6 +120,7 @@ def pytest_sessionfinish(session, exitstatus):
     report = {
         "target": str(session.config.course_target),
         "exitstatus": int(exitstatus),
+        "collected": getattr(session.config, "course_collected", []),
         "tests": list(session.config.course_results.values()),
     }
     Path(path).write_text(json.dumps(report, indent=1))
