@@ -63,6 +63,8 @@ def install(python: Path) -> None:
 
 def lab(python: Path, extra: list[str]) -> int:
     say("opening JupyterLab on notebooks/ (stop it with Ctrl-C)")
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
+        extra = ["--allow-root", *extra]  # containers and cloud images often run as root
     return subprocess.call([str(python), "-m", "jupyter", "lab", f"--notebook-dir={ROOT / 'notebooks'}", *extra])
 
 
