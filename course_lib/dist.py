@@ -165,14 +165,25 @@ def _kill(process) -> None:
     process.join(timeout=5)
 
 
+MAX_OUTPUT_BYTES = 2**20  # per rank: a print in a tight loop must not flood the notebook (or the grader)
+MAX_RESULT_BYTES = 2**30  # per rank
+
+
 class _OutputRelay:
     """Copies each rank's stdout and stderr into ours, line by line, with a `[rank N]` prefix."""
 
-    def __init__(self, prefix: bool):
-        self.prefix = prefix
+    def __init__(self, prefix: bool, limit: int = MAX_OUTPUT_BYTES):
+        self.prefix, self.limit = prefix, limit
         self.partial: dict[tuple[int, int], bytes] = {}
+        self.seen: dict[int, int] = {}
 
     def feed(self, rank: int, stream: int, data: bytes) -> None:
+        seen = self.seen.get(rank, 0)
+        self.seen[rank] = seen + len(data)
+        if seen >= self.limit:
+            return  # still read, so the rank never blocks on a full pipe, but no longer shown
+        if seen + len(data) > self.limit:
+            data = data[: self.limit - seen] + f"\n… rank {rank} printed more than {self.limit // 2**20} MiB; the rest is not shown\n".encode()
         data = self.partial.pop((rank, stream), b"") + data
         *lines, rest = data.split(b"\n")
         if rest:
@@ -190,6 +201,20 @@ class _OutputRelay:
         text = line.decode("utf-8", "replace")
         target.write(f"[rank {rank}] {text}\n" if self.prefix else f"{text}\n")
         target.flush()
+
+
+def _pump_output(conn, output_fds: dict, relay: _OutputRelay) -> None:
+    """Move what one rank wrote on one stream into the relay; forget the stream at EOF."""
+    rank, stream = output_fds[conn]
+    try:
+        data = os.read(conn.fileno(), 65536)
+    except OSError:
+        data = b""
+    if data:
+        relay.feed(rank, stream, data)
+    else:
+        del output_fds[conn]
+        conn.close()
 
 
 def _decode_result(data: bytes, plain: bool):
@@ -282,9 +307,11 @@ def _run_ranks(
         def read_result(conn, rank: int) -> None:
             nonlocal failure
             try:
-                message = conn.recv_bytes()
-            except (EOFError, OSError):
+                message = conn.recv_bytes(MAX_RESULT_BYTES)
+            except (EOFError, OSError) as exc:
                 del result_conns[conn]
+                if isinstance(exc, OSError) and "too long" in str(exc):
+                    failure = failure or RankFailed(rank, world_size, f"its result is larger than {MAX_RESULT_BYTES // 2**20} MiB")
                 return
             del result_conns[conn]
             kind, body = message[:1], message[1:]
@@ -310,16 +337,7 @@ def _run_ranks(
                          timeout=remaining)
             for obj in ready:
                 if obj in output_fds:
-                    rank, stream = output_fds[obj]
-                    try:
-                        data = os.read(obj.fileno(), 65536)
-                    except OSError:
-                        data = b""
-                    if data:
-                        relay.feed(rank, stream, data)
-                    else:
-                        del output_fds[obj]
-                        obj.close()
+                    _pump_output(obj, output_fds, relay)
                 elif obj in result_conns:
                     read_result(obj, result_conns[obj])
             for obj in ready:
@@ -366,18 +384,7 @@ def _run_ranks(
         drain_deadline = time.monotonic() + 1.0
         while output_fds and time.monotonic() < drain_deadline:
             for obj in wait(list(output_fds), timeout=max(0.0, drain_deadline - time.monotonic())):
-                rank, stream = output_fds[obj]
-                try:
-                    data = os.read(obj.fileno(), 65536)
-                except OSError:
-                    data = b""
-                if data:
-                    relay.feed(rank, stream, data)
-                else:
-                    del output_fds[obj]
-                    obj.close()
-            if not output_fds:
-                break
+                _pump_output(obj, output_fds, relay)
         relay.flush()
         for obj in [*output_fds, *result_conns]:
             obj.close()

@@ -307,3 +307,17 @@ def test_torchrun_streams_the_scripts_output(tmp_path, capsys):
 def test_torchrun_with_a_missing_script_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no script"):
         torchrun(tmp_path / "nope.py", 2)
+
+
+def _flood(rank, world_size):
+    line = "x" * 1000
+    for _ in range(3000):  # about 3 MB
+        print(line)
+    return rank
+
+
+def test_a_flood_of_output_is_cut_off_and_the_launch_still_finishes(capfd):
+    assert launch(_flood, 2, quiet=True, timeout=60) == [0, 1]
+    out, _ = capfd.readouterr()
+    assert "rank 0 printed more than 1 MiB; the rest is not shown" in out
+    assert len(out) < 2 * 1.2 * 2**20
