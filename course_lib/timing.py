@@ -21,3 +21,109 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
 
 def _numeric(text: str) -> bool:
     return bool(text) and (text[0].isdigit() or text[0] in "-+.") and any(ch.isdigit() for ch in text)
+
+
+@dataclass
+class Timing:
+    """Repeated timings of one piece of work, in seconds (notebook 01)."""
+
+    times: list[float] = field(default_factory=list)  # seconds, one per repeat
+    device: str = "cpu"
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
+
+    @property
+    def max(self) -> float:
+        return max(self.times)
+
+    @property
+    def iqr(self) -> float:
+        """Spread of the middle half of the runs: robust to the odd slow run."""
+        if len(self.times) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.times, n=4, method="inclusive")
+        return q3 - q1
+
+    @property
+    def stdev(self) -> float:
+        return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
+
+    def __str__(self) -> str:
+        return (f"median {_format_seconds(self.median)} (IQR {_format_seconds(self.iqr)}, "
+                f"min {_format_seconds(self.min)}, max {_format_seconds(self.max)}, {len(self.times)} runs on {self.device})")
+
+
+def _format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _device_type(device: Any) -> str:
+    import torch
+
+    if device is None:
+        return "cpu"
+    return torch.device(device).type
+
+
+def benchmark(fn: Callable[[], Any], *, device: Any = None, warmup: int = 3, repeat: int = 20) -> Timing:
+    """Time `fn()` correctly on `device`: warm-up runs first, CUDA events on a GPU, perf_counter on the CPU (notebook 01).
+
+    GPU work is asynchronous: `fn()` returns when the kernels are queued, not done. On CUDA each run is
+    bracketed by events recorded on the current stream and the device is synchronised before reading them;
+    on other accelerators the device is synchronised around a wall-clock measurement.
+    """
+    import torch
+
+    if not callable(fn):
+        raise TypeError(f"benchmark needs a function of no arguments, e.g. lambda: a @ b, not {type(fn).__name__}")
+    if warmup < 0 or repeat < 1:
+        raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
+    kind = _device_type(device)
+    for _ in range(warmup):  # first runs pay for allocation, kernel selection, caches
+        fn()
+    times = []
+    if kind == "cuda":
+        dev = torch.device(device)
+        with torch.cuda.device(dev):
+            torch.cuda.synchronize()
+            pairs = []
+            for _ in range(repeat):
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                stop.record()
+                pairs.append((start, stop))
+            torch.cuda.synchronize()  # events are only readable once the GPU has passed them
+            times = [s.elapsed_time(e) / 1e3 for s, e in pairs]  # elapsed_time is in ms
+    else:
+        sync = (lambda: torch.accelerator.synchronize()) if kind not in ("cpu", "meta") else (lambda: None)
+        for _ in range(repeat):
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times.append(time.perf_counter() - t0)
+    return Timing(times=times, device=kind)
+
+
+def compare(cases: dict[str, Callable[[], Any]], *, device: Any = None, warmup: int = 3, repeat: int = 20,
+            show: bool = True) -> dict[str, Timing]:
+    """Benchmark several cases and print a table with each median's ratio to the first case's (notebook 01)."""
+    if not cases:
+        raise ValueError("compare needs at least one case, e.g. {'pinned': f, 'pageable': g}")
+    results = {name: benchmark(fn, device=device, warmup=warmup, repeat=repeat) for name, fn in cases.items()}
+    if show:
+        base = next(iter(results.values())).median
+        rows = [(name, _format_seconds(t.median), _format_seconds(t.iqr), _format_seconds(t.min),
+                 f"{t.median / base:.2f}×" if base > 0 else "–") for name, t in results.items()]
+        print_table(["case", "median", "IQR", "min", "vs first"], rows)
+    return results
