@@ -1,0 +1,129 @@
+"""Exercise 01: devices and memory. Move batches, count training memory, predict activations, pick each rank's device.
+
+Notebook: notebooks/01_devices_and_memory.ipynb
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def to_device(batch: Any, device: torch.device | str) -> Any:
+    """Return a copy of `batch` with every tensor moved to `device`, keeping the structure exactly.
+
+    `batch` may be a tensor, or a dict, list, tuple or namedtuple nesting tensors and other values
+    (strings, numbers, None...) to any depth. Containers come back as the same type (a namedtuple stays
+    that namedtuple, a tuple stays a tuple, dict keys keep their order); non-tensor values come back as
+    they are (the very same objects). The input batch is left unchanged.
+    Raise TypeError if `device` is not a str or torch.device, saying what to pass instead.
+    Example: to_device({"x": x, "ids": [1, 2]}, "cuda:0") -> {"x": x.to("cuda:0"), "ids": [1, 2]}
+    """
+    # BEGIN SOLUTION: recurse: Tensor -> .to(device); Mapping -> same keys; namedtuple -> type(b)(*items); list/tuple -> type(b)(items)
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cuda:0' or a torch.device, not {type(device).__name__}")
+    device = torch.device(device)
+
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, Mapping):
+            return type(value)((k, move(v)) for k, v in value.items())
+        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes fields as arguments
+            return type(value)(*(move(v) for v in value))
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v) for v in value)
+        return value
+
+    return move(batch)
+    # END SOLUTION
+
+
+def training_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes held right now by the model's parameters, their gradients, and the optimizer's state.
+
+    Return {"parameters": ..., "gradients": ..., "optimizer_states": ...}, all in bytes:
+    - parameters: every parameter of `model` once (a parameter shared by two layers counts once);
+    - gradients: the `.grad` tensors that exist (None counts 0, e.g. frozen parameters or after zero_grad());
+    - optimizer_states: every tensor in `optimizer.state` (Adam keeps exp_avg and exp_avg_sq per parameter,
+      plus a small `step` tensor; SGD with momentum keeps momentum_buffer). States appear after the first step.
+    A tensor's bytes are numel() * element_size(). Raise TypeError if `model` is not an nn.Module or
+    `optimizer` is not a torch.optim.Optimizer.
+    """
+    # BEGIN SOLUTION: sum numel() * element_size() over model.parameters(), their .grad, and the tensors in optimizer.state's dicts
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer (e.g. torch.optim.Adam), not {type(optimizer).__name__}")
+
+    def nbytes(t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    params = list(model.parameters())  # parameters() yields a shared parameter only once
+    states = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+    return {
+        "parameters": sum(nbytes(p) for p in params),
+        "gradients": sum(nbytes(p.grad) for p in params if p.grad is not None),
+        "optimizer_states": sum(nbytes(t) for t in states),
+    }
+    # END SOLUTION
+
+
+def mlp_activation_bytes(batch_size: int, features: int, hidden: int, classes: int, depth: int,
+                         dtype: torch.dtype = torch.float32) -> int:
+    """Predict the bytes of activations autograd saves for backward in one forward pass of an MLP.
+
+    The model is `course_lib.data.small_mlp(features, hidden, classes, depth)`: `depth` times
+    (Linear -> ReLU), then a Linear to `classes` logits, in `dtype`, called on an input of shape
+    (batch_size, features) that does not require grad, without a loss. Count each saved tensor's memory
+    once (two ops may save the same tensor) and leave out the parameters (they are not activations).
+    Think about what each op needs for its backward: a Linear needs its input to compute the weight's
+    gradient; ReLU keeps its output to know where the gradient passes.
+    Raise ValueError if any size is smaller than 1.
+    """
+    # BEGIN SOLUTION: each Linear saves its input; each ReLU saves its output, which is the next Linear's input
+    sizes = {"batch_size": batch_size, "features": features, "hidden": hidden, "classes": classes, "depth": depth}
+    bad = {k: v for k, v in sizes.items() if not isinstance(v, int) or v < 1}
+    if bad:
+        raise ValueError(f"every size must be a whole number, 1 or more; got {bad}")
+    element = torch.empty((), dtype=dtype).element_size()  # bytes per number: 4 for float32, 2 for bfloat16
+    # The input (saved by the first Linear) plus one ReLU output per hidden layer (shared with the next Linear).
+    # The logits are not saved: nothing after them in the model needs them for backward.
+    return batch_size * (features + depth * hidden) * element
+    # END SOLUTION
+
+
+def device_for_rank(env: Mapping[str, str], gpu_count: int) -> torch.device:
+    """The device a rank should use, from its launcher's environment variables and the GPUs on its machine.
+
+    `env` is like os.environ under torchrun: LOCAL_RANK (this rank's number on its machine) and
+    LOCAL_WORLD_SIZE (ranks on this machine) are strings. RANK is the global rank across all machines:
+    do not use it (on the second machine, RANK 8 would ask for cuda:8).
+    Return torch.device("cuda", LOCAL_RANK) when the machine has a GPU for every local rank
+    (gpu_count >= LOCAL_WORLD_SIZE), else torch.device("cpu") (ranks cannot share GPUs under NCCL).
+    Raise ValueError with a message saying what to do if LOCAL_RANK or LOCAL_WORLD_SIZE is missing or not
+    a whole number, if LOCAL_RANK is not in [0, LOCAL_WORLD_SIZE), or if gpu_count < 0.
+    """
+    # BEGIN SOLUTION: read int(env["LOCAL_RANK"]) and int(env["LOCAL_WORLD_SIZE"]), validate, then cuda:LOCAL_RANK or cpu
+    values = {}
+    for name in ("LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+        if name not in env:
+            raise ValueError(f"{name} is not set: start the ranks with torchrun (or course_lib.dist.launch), "
+                             "which sets LOCAL_RANK and LOCAL_WORLD_SIZE for every rank")
+        try:
+            values[name] = int(env[name])
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a whole number, got {env[name]!r}") from None
+    local_rank, local_world_size = values["LOCAL_RANK"], values["LOCAL_WORLD_SIZE"]
+    if local_world_size < 1 or not 0 <= local_rank < local_world_size:
+        raise ValueError(f"need 0 <= LOCAL_RANK < LOCAL_WORLD_SIZE, got LOCAL_RANK={local_rank}, "
+                         f"LOCAL_WORLD_SIZE={local_world_size}")
+    if not isinstance(gpu_count, int) or gpu_count < 0:
+        raise ValueError(f"gpu_count must be a whole number, 0 or more (torch.cuda.device_count()), not {gpu_count!r}")
+    if gpu_count >= local_world_size:
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+    # END SOLUTION
