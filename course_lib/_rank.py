@@ -74,6 +74,7 @@ def _apply_limits(limits: dict) -> None:
         os.setgroups([])
         os.setgid(limits.get("gid", limits["uid"]))
         os.setuid(limits["uid"])
+        _die_with_parent()  # Linux clears the parent-death signal when the user changes: set it again
 
 
 def to_cpu(value):

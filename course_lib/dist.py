@@ -267,6 +267,9 @@ def _run_ranks(
     from course_lib import _rank
 
     scratch = tempfile.mkdtemp(prefix="course-launch-")
+    if limits and limits.get("uid") is not None and hasattr(os, "geteuid") and os.geteuid() == 0:
+        # Ranks that switch to an unprivileged user (the grader) must still reach the rendezvous file.
+        os.chown(scratch, limits["uid"], limits.get("gid", limits["uid"]))
     options = {
         "backend": backend,
         "store_path": os.path.join(scratch, "store"),
