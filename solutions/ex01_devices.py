@@ -25,20 +25,15 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     # BEGIN SOLUTION: recurse: Tensor -> .to(device); Mapping -> same keys; namedtuple -> type(b)(*items); list/tuple -> type(b)(items)
     if not isinstance(device, (str, torch.device)):
         raise TypeError(f"device must be a str such as 'cuda:0' or a torch.device, not {type(device).__name__}")
-    device = torch.device(device)
-
-    def move(value):
-        if isinstance(value, torch.Tensor):
-            return value.to(device)
-        if isinstance(value, Mapping):
-            return type(value)((k, move(v)) for k, v in value.items())
-        if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple takes fields as arguments
-            return type(value)(*(move(v) for v in value))
-        if isinstance(value, (list, tuple)):
-            return type(value)(move(v) for v in value)
-        return value
-
-    return move(batch)
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return type(batch)((key, to_device(value, device)) for key, value in batch.items())
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields as arguments
+        return type(batch)(*(to_device(value, device) for value in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch  # not a tensor or a container: the very same object
     # END SOLUTION
 
 
@@ -58,16 +53,13 @@ def training_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> 
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer (e.g. torch.optim.Adam), not {type(optimizer).__name__}")
-
-    def nbytes(t: torch.Tensor) -> int:
-        return t.numel() * t.element_size()
-
     params = list(model.parameters())  # parameters() yields a shared parameter only once
+    grads = [p.grad for p in params if p.grad is not None]
     states = [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
     return {
-        "parameters": sum(nbytes(p) for p in params),
-        "gradients": sum(nbytes(p.grad) for p in params if p.grad is not None),
-        "optimizer_states": sum(nbytes(t) for t in states),
+        "parameters": sum(t.numel() * t.element_size() for t in params),
+        "gradients": sum(t.numel() * t.element_size() for t in grads),
+        "optimizer_states": sum(t.numel() * t.element_size() for t in states),
     }
     # END SOLUTION
 
