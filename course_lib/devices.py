@@ -6,7 +6,8 @@
     require_gpus(n, what)    True if n CUDA GPUs exist; else says why the cell is skipped and returns False
     gpu_memory_report()      nvidia-smi-style memory per GPU, from inside Python
 
-Nothing here initialises CUDA unless there is a CUDA GPU to ask about.
+Where there is no CUDA GPU nothing here initialises CUDA; reading a GPU's name or properties does
+(once per process, and it is needed to use the GPU anyway).
 """
 
 from __future__ import annotations
