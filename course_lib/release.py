@@ -1,0 +1,154 @@
+"""Make the student release: the course without solutions/, with fresh exercise stubs (the instructor's tool).
+
+    python -m course_lib.release OUT [--zip] [--allow-leaks]
+
+Copies the course's files (those git tracks, or every file when there is no git) into OUT, leaving out
+solutions/, benchmarks/ (they time the solutions), .ci/ and build leftovers; writes exercises/ afresh from
+solutions/ (so an instructor's own attempts in exercises/ never ship); then checks that no solution block
+appears anywhere in the release (a notebook or a test that quotes the answer) and refuses if one does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from course_lib.exercises import BEGIN, END, expected_stubs
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["make_release", "solution_blocks", "find_leaks"]
+
+LEFT_OUT = {"solutions", "benchmarks", ".ci", ".git", ".venv", "exercises", "grades", "release", "build"}
+LEFT_OUT_SUFFIXES = (".pyc", ".egg-info")
+MIN_LEAK_CHARS = 40  # shorter blocks (one `return x`) match too much by chance
+
+
+def _course_files(root: Path) -> list[Path]:
+    """Files of the course, relative to root: git's list where there is one, else a walk."""
+    if (root / ".git").exists() and shutil.which("git"):
+        done = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                              cwd=root, capture_output=True)
+        if done.returncode == 0:
+            return sorted({Path(p) for p in done.stdout.decode().split("\0") if p and (root / p).is_file()})
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in {"__pycache__", ".ipynb_checkpoints"} and not d.endswith(".egg-info")
+                   and not (Path(folder) == root and d in LEFT_OUT)]
+        found += [Path(folder, f).relative_to(root) for f in files]
+    return sorted(found)
+
+
+def _released(path: Path) -> bool:
+    if path.parts[0] in LEFT_OUT or any(part == "__pycache__" for part in path.parts):
+        return False
+    return not any(part.endswith(LEFT_OUT_SUFFIXES) for part in path.parts)
+
+
+def solution_blocks(solutions: Path) -> list[tuple[str, str]]:
+    """(file name, normalised text) of every `# BEGIN SOLUTION` … `# END SOLUTION` block."""
+    blocks = []
+    for path in sorted(solutions.glob("ex*.py")):
+        inside = None
+        for line in path.read_text().splitlines():
+            if BEGIN.match(line):
+                inside = []
+            elif END.match(line) and inside is not None:
+                blocks.append((path.name, _normalise("\n".join(inside))))
+                inside = None
+            elif inside is not None:
+                inside.append(line)
+    return [(name, text) for name, text in blocks if len(text) >= MIN_LEAK_CHARS]
+
+
+def _normalise(text: str) -> str:
+    lines = (line.strip() for line in text.splitlines())
+    return "\n".join(line for line in lines if line and not line.startswith("#"))
+
+
+def _text_of(path: Path) -> str | None:
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    if path.suffix == ".ipynb":
+        try:
+            cells = json.loads(raw).get("cells", [])
+            raw = "\n".join("".join(c.get("source", "")) if isinstance(c.get("source"), list) else str(c.get("source", ""))
+                            for c in cells)
+        except (ValueError, AttributeError):
+            pass
+    return _normalise(raw)
+
+
+def find_leaks(folder: Path, blocks: list[tuple[str, str]]) -> list[str]:
+    """Files in `folder` that contain a solution block, or a solution marker."""
+    leaks = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        text = _text_of(path)
+        if text is None:
+            continue
+        relative = path.relative_to(folder)
+        if any(BEGIN.match(line) for line in text.splitlines()):
+            leaks.append(f"{relative}: contains a '# BEGIN SOLUTION' marker")
+        for name, block in blocks:
+            if block in text:
+                leaks.append(f"{relative}: contains a solution block of solutions/{name}: {block.splitlines()[0][:60]}…")
+    return leaks
+
+
+def make_release(out: Path, root: Path = ROOT, allow_leaks: bool = False) -> list[Path]:
+    """Write the student release into `out` (which must not exist or be empty); return the files written."""
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"error: {out} is not empty; choose a new folder")
+    if root.resolve() in [out, *out.parents] and out.relative_to(root.resolve()).parts[0] not in LEFT_OUT:
+        raise SystemExit(f"error: put the release outside the course folder (or in release/), not {out}")
+    stubs = expected_stubs(root / "solutions")
+    if not stubs:
+        raise SystemExit(f"error: no solutions/ex*.py in {root}: nothing to make stubs from")
+    written = []
+    for relative in _course_files(root):
+        if not _released(relative):
+            continue
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / relative, target)
+        written.append(relative)
+    (out / "exercises").mkdir(parents=True, exist_ok=True)
+    for name, text in stubs.items():
+        (out / "exercises" / name).write_text(text)
+        written.append(Path("exercises") / name)
+    leaks = find_leaks(out, solution_blocks(root / "solutions"))
+    if leaks:
+        print("The release would give away solutions:", *(f"  {leak}" for leak in leaks), sep="\n", file=sys.stderr)
+        if not allow_leaks:
+            shutil.rmtree(out)
+            raise SystemExit("error: release not made (fix the files above, or pass --allow-leaks)")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.release", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path, help="folder to create, e.g. ../course-2026-students")
+    parser.add_argument("--zip", action="store_true", help="also write OUT.zip")
+    parser.add_argument("--allow-leaks", action="store_true", help="release even if a solution block is found")
+    options = parser.parse_args(argv)
+    written = make_release(options.out, allow_leaks=options.allow_leaks)
+    print(f"wrote the student release to {options.out.resolve()}: {len(written)} files, "
+          f"{sum(1 for p in written if p.parts[0] == 'exercises')} exercise stubs, no solutions/")
+    if options.zip:
+        archive = shutil.make_archive(str(options.out.resolve()), "zip", options.out.resolve().parent,
+                                      options.out.resolve().name)
+        print(f"and {archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
