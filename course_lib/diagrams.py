@@ -83,7 +83,7 @@ def _draw_ranks(ax, rows: Sequence[Sequence[CellLike]], title: str, width: int, 
             size = 10 if len(cell.label) <= 3 else 8 if len(cell.label) <= 5 else 6.5
             ax.text(i + 0.46, y + 0.4, cell.label, ha="center", va="center", fontsize=size,
                     color="black" if light or len(cell.sources) != 1 else "white", fontweight="bold")
-    ax.set_xlim(-1.3 if show_rank_labels else -0.1, width + 0.05)
+    ax.set_xlim(-1.3, width + 0.05)  # the same on every panel, labelled or not, so cells keep one size
     ax.set_ylim(-0.2, n)
     ax.set_title(title, fontsize=11)
     ax.set_axis_off()
