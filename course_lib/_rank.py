@@ -17,6 +17,7 @@ from datetime import timedelta
 import cloudpickle
 import torch
 import torch.distributed as dist
+import torch.optim  # noqa: F401 - preloaded in the fork server: the first optimizer step in a rank is then fast
 
 # Messages on the result pipe start with one of these bytes.
 RESULT, ERROR = b"R", b"E"

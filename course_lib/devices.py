@@ -60,10 +60,11 @@ class HardwareReport:
         return len(self.gpus)
 
 
-def _usable_cores() -> int:
+def usable_cores() -> int:
+    """CPU cores this process may run on, which can be fewer than the machine has (notebook 01)."""
     try:
         return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS has no affinity call
+    except AttributeError:  # macOS has no CPU affinity
         return os.cpu_count() or 1
 
 
@@ -89,7 +90,7 @@ def hardware_report() -> HardwareReport:
         gpus.append(GPUInfo(i, p.name, p.total_memory, (p.major, p.minor), p.multi_processor_count))
     mps = bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
     return HardwareReport(
-        cpu_cores=_usable_cores(),
+        cpu_cores=usable_cores(),
         cpu_name=platform.processor() or platform.machine(),
         gpus=gpus,
         mps=mps,
@@ -148,7 +149,7 @@ def pick_device() -> tuple[torch.device, str]:
     other = torch.accelerator.current_accelerator(check_available=True)  # e.g. an Intel XPU
     if other is not None:
         return torch.device(other.type, 0), f"{other.type}: no CUDA or Apple GPU, but a {other.type} accelerator is available"
-    return torch.device("cpu"), f"cpu: no CUDA GPU or Apple GPU here, so the {_usable_cores()} CPU cores do the work"
+    return torch.device("cpu"), f"cpu: no CUDA GPU or Apple GPU here, so the {usable_cores()} CPU cores do the work"
 
 
 def require_gpus(n: int, what: str) -> bool:

@@ -39,6 +39,8 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
+from course_lib.devices import cuda_gpu_count, usable_cores
+
 __all__ = [
     "launch",
     "torchrun",
@@ -66,23 +68,14 @@ class LaunchTimeout(LaunchError):
     """The ranks did not all finish within the timeout; all were killed (notebook 04)."""
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (notebook 01)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
 def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, str]:
     """The backend for `world_size` ranks and a sentence saying why (notebook 04).
 
     NCCL when every rank can have its own CUDA GPU, else gloo on the CPU.
     """
-    import torch
     import torch.distributed as dist
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = cuda_gpu_count()
     if backend is None:
         if gpus >= world_size and dist.is_nccl_available():
             return "nccl", f"NCCL, one CUDA GPU per rank ({gpus} GPUs here)"

@@ -32,10 +32,14 @@ def test_exercises_folder_is_up_to_date(only_on_the_course_repo):
 
 
 def _signatures(source: str) -> dict[str, str]:
-    tree = ast.parse(source)
+    """Public functions and methods at module and class level (helpers inside a solution block don't count)."""
+    nodes = []
+    for node in ast.parse(source).body:
+        nodes.append(node)
+        if isinstance(node, ast.ClassDef):
+            nodes += node.body
     return {node.name: ast.unparse(node.args) + " -> " + (ast.unparse(node.returns) if node.returns else "")
-            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not
-            node.name.startswith("_") and isinstance(node, ast.FunctionDef)}
+            for node in nodes if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")}
 
 
 @pytest.mark.parametrize("solution", sorted((ROOT / "solutions").glob("ex*.py")), ids=lambda p: p.stem)
