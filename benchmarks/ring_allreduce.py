@@ -7,7 +7,7 @@ nccl-tests defines it (notebook 04, section 6). Ranks start with course_lib.dist
 compares against gloo on a CPU-only machine and against NCCL where each rank has a GPU. Both
 sides include one copy of the input (the ring works on a copy; the built-in runs in place on a
 clone), so neither gets that for free. Each time is the slowest rank's, per repetition, after a
-barrier; the median over repetitions is reported.
+barrier; the two are interleaved, and the median over repetitions is reported.
 """
 
 from __future__ import annotations
@@ -57,22 +57,25 @@ def _bench_rank(rank: int, world_size: int, ring, sizes, repeats: int, warmup: i
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    times = {}
+    ops = {"ring": ring, "builtin": builtin}
+    warm = torch.randn(max(sizes), device=device)
+    for op in ops.values():  # first use of each sets up connections and buffers
+        op(warm)
+    times = {(name, numel): [] for name in ops for numel in sizes}
     for numel in sizes:
-        x = torch.randn(numel, device=device, generator=None)
+        x = torch.randn(numel, device=device)
         # Same answer first: a fast wrong all-reduce is not worth timing.
         torch.testing.assert_close(ring(x), builtin(x), rtol=1e-4, atol=1e-4)
-        for name, op in (("ring", ring), ("builtin", builtin)):
-            samples = []
-            for i in range(warmup + repeats):
+        for i in range(warmup + repeats):
+            # Interleaved, in alternating order, so that a noisy moment costs both sides alike.
+            for name in (("ring", "builtin") if i % 2 == 0 else ("builtin", "ring")):
                 dist.barrier()
                 sync()
                 t0 = time.perf_counter()
-                op(x)
+                ops[name](x)
                 sync()
                 if i >= warmup:
-                    samples.append(time.perf_counter() - t0)
-            times[(name, numel)] = samples
+                    times[(name, numel)].append(time.perf_counter() - t0)
     return times
 
 
