@@ -241,3 +241,29 @@ def test_ring_all_reduce_time_alpha_beta():
         steps = 2 * (n - 1)
         want = steps * alpha + steps * (size / n) * beta
         assert seconds == pytest.approx(want, rel=1e-9, abs=1e-15), f"S={size} B, n={n}, alpha={alpha}, beta={beta}"
+
+
+def _factor_driver(module, names, world_sizes):
+    table = {name: [float(module.bus_bandwidth_factor(name, n)) for n in world_sizes] for name in names}
+    outcomes = []
+    for args in [("allreduce", 4), ("all_reduce", 0), ("send", 2)]:
+        try:
+            module.bus_bandwidth_factor(*args)
+            outcomes.append("returned")
+        except ValueError:
+            outcomes.append("ValueError")
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            outcomes.append(type(exc).__name__)
+    return {"table": table, "bad": outcomes}
+
+
+@pytest.mark.points(1)
+def test_bus_bandwidth_factor_table():
+    world_sizes = [1, 2, 3, 4, 8, 64]
+    got = run("ex04", _factor_driver, sorted(BUS_FACTOR), world_sizes, timeout=TIMEOUT)
+    for name, factors in got["table"].items():
+        for n, factor in zip(world_sizes, factors):
+            assert factor == pytest.approx(BUS_FACTOR[name](n), rel=1e-12), f"{name} over {n} ranks"
+    assert got["bad"] == ["ValueError"] * 3, "unknown collectives and world_size < 1 must raise ValueError"
