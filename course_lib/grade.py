@@ -171,14 +171,16 @@ def _free_uids(count: int, base: int = UID_BASE) -> list[int]:
 
 
 def _kill_user(uid: int) -> None:
-    """SIGKILL every process of `uid` (a student's user): nothing it started survives its grading."""
+    """SIGKILL every process of `uid` (a student's user): nothing it started survives its grading.
+
+    kill(-1) sent as that user reaches every process it owns, however it left its session or parent.
+    """
     kill = shutil.which("kill") or "/bin/kill"
-    for _ in range(5):
-        if not _processes_of(uid):
-            return
-        subprocess.run([kill, "-s", "KILL", "--", "-1"], user=uid, group=uid, extra_groups=[],
+    deadline = time.monotonic() + 10
+    while _processes_of(uid) and time.monotonic() < deadline:
+        subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[],
                        stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-        time.sleep(0.1)
+        time.sleep(0.2)  # SIGKILL is delivered, and the processes leave /proc, a moment later
 
 
 def _processes_of(uid: int) -> list[int]:
@@ -486,7 +488,7 @@ def _read_stream(path: Path) -> tuple[list[dict] | None, dict[str, dict]]:
 def classify(returncode: int | None, timed_out: bool, report: dict | None, limit: float) -> tuple[str, str]:
     """The status of one student's grading and a reason: ok, timeout, crashed or grader error."""
     if timed_out:
-        return "timeout", f"the tests did not finish within the {limit:g} s limit per student; the tests not finished count as failed"
+        return "timeout", f"the time limit per student ({limit:g} s) ran out; the tests not finished count as failed"
     if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name if -returncode in signal.Signals._value2member_map_ else str(-returncode)
         return "crashed", f"the judge process was killed by {name} (out of memory?); the tests not finished count as failed"

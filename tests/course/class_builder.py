@@ -1,0 +1,322 @@
+"""Builds a small class of ex00 submissions for tests/course/test_grade.py: honest ones, and ones that cheat or misbehave.
+
+Each student's exercises/ex00_warmup.py is the reference solution or the stub, with some functions
+redefined after it (a later `def` replaces an earlier one). `EXPECTED` says what each deserves, with the
+course's ex00 tests (2 + 1 + 2 + 2 points) and the one hidden test below (1 point):
+
+    shard_range tests: 2 + 1 points, hidden test 1 point     all_reduce_mean tests: 2 + 2 points
+"""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+import zipfile
+from pathlib import Path
+
+from course_lib.exercises import make_stub
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTION_FILE = ROOT / "solutions" / "ex00_warmup.py"
+
+HIDDEN_TEST = '''\
+"""A hidden test: the instructor's, never shown to students."""
+import pytest
+
+from course_lib.runner import run
+
+
+def _edges(module):
+    return [module.shard_range(5, 5, 4), module.shard_range(2, 4, 3)]
+
+
+@pytest.mark.points(1)
+def test_shard_range_edges():
+    assert run("ex00", _edges, timeout=60) == [(4, 5), (2, 2)]
+'''
+
+CORRECT_MEAN = '''
+def all_reduce_mean(tensor):
+    total = tensor.clone()
+    dist.all_reduce(total)
+    return total / dist.get_world_size()
+'''
+
+
+def _solution() -> str:
+    return SOLUTION_FILE.read_text()
+
+
+def _stub() -> str:
+    return make_stub(_solution(), "ex00_warmup")
+
+
+def _with(base: str, extra: str) -> str:
+    return base + "\n\n" + textwrap.dedent(extra)
+
+
+def sources(paths: dict[str, Path]) -> dict[str, str]:
+    """Student name -> the text of their ex00_warmup.py. `paths` names folders some cheats aim at."""
+    solution, stub = _solution(), _stub()
+    victim, submissions, out = (repr(str(paths[k])) for k in ("victim", "submissions", "out"))
+    hidden, solutions = repr(str(paths["hidden"])), repr(str(ROOT / "solutions"))
+    return {
+        "correct": solution,
+        "partial": _with(solution, """
+            def all_reduce_mean(tensor):
+                return tensor.clone()  # forgot to reduce
+            """),
+        "untouched": stub,
+        "infinite_loop": _with(solution, """
+            def all_reduce_mean(tensor):
+                while True:
+                    pass
+            """),
+        "ignores_signals": _with(solution, """
+            import signal, time
+
+            def shard_range(num_items, world_size, rank):
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGHUP, signal.SIGUSR1):
+                    signal.signal(sig, signal.SIG_IGN)
+                while True:
+                    time.sleep(0.01)
+            """),
+        "sys_exit": _with(solution, """
+            import sys
+
+            def shard_range(num_items, world_size, rank):
+                sys.exit(0)
+
+            def all_reduce_mean(tensor):
+                if dist.get_rank() == 1:
+                    sys.exit(0)
+                total = tensor.clone()
+                dist.all_reduce(total)
+                return total / dist.get_world_size()
+            """),
+        "os_exit": _with(solution, """
+            import os
+
+            def shard_range(num_items, world_size, rank):
+                os._exit(0)
+
+            def all_reduce_mean(tensor):
+                if dist.get_rank() == 0:
+                    os._exit(0)
+                total = tensor.clone()
+                dist.all_reduce(total)
+                return total / dist.get_world_size()
+            """),
+        "monkeypatcher": _with(stub, """
+            import glob, json, os, signal
+            import torch
+
+            def _forge_everything():
+                try:
+                    import _pytest.reports as reports
+                    reports.TestReport.passed = property(lambda self: True)
+                    reports.TestReport.outcome = "passed"
+                except Exception:
+                    pass
+                import course_lib.runner
+                course_lib.runner.ExerciseFailed = type("Nothing", (Exception,), {})
+                torch.testing.assert_close = lambda *args, **kwargs: None
+                torch.equal = lambda *args, **kwargs: True
+                forged = {"tests": [{"nodeid": "tests/test_ex00_warmup.py::x", "outcome": "passed", "points": 100}]}
+                for cmdline in glob.glob("/proc/[0-9]*/cmdline"):
+                    try:
+                        args = open(cmdline, "rb").read().split(b"\\0")
+                    except OSError:
+                        continue
+                    for flag in (b"--course-report", b"--grade-stream"):
+                        if flag in args:
+                            try:
+                                with open(args[args.index(flag) + 1], "w") as handle:
+                                    json.dump(forged, handle)
+                                os.kill(int(cmdline.split("/")[2]), signal.SIGKILL)
+                            except Exception:
+                                pass
+
+            def shard_range(num_items, world_size, rank):
+                _forge_everything()
+                return (0, 0)
+
+            def all_reduce_mean(tensor):
+                _forge_everything()
+                return torch.zeros_like(tensor)
+            """),
+        "lying_eq": _with(stub, """
+            import torch
+
+            class AlwaysEqual(tuple):
+                def __eq__(self, other):
+                    return True
+                def __ne__(self, other):
+                    return False
+                __hash__ = tuple.__hash__
+
+            class AlwaysClose(torch.Tensor):
+                def __eq__(self, other):
+                    return True
+
+            def shard_range(num_items, world_size, rank):
+                return AlwaysEqual((0, 0))
+
+            def all_reduce_mean(tensor):
+                return torch.zeros_like(tensor).as_subclass(AlwaysClose)
+            """),
+        "fake_summary": _with(stub, """
+            import json
+            print("tests/test_ex00_warmup.py ....                                     [100%]")
+            print("============================== 8 passed in 0.42s ===============================")
+            print(json.dumps({"tests": [{"outcome": "passed", "points": 8}]}))
+            open("grades.csv", "w").write("student,total\\nfake_summary,100\\n")
+            """),
+        "vandal": _with(solution, f"""
+            import os, shutil
+            for _target in ({victim}, {submissions}, {out}, {hidden}):
+                try:
+                    if os.path.isdir(_target):
+                        shutil.rmtree(_target)
+                    else:
+                        os.remove(_target)
+                except OSError:
+                    pass
+            try:
+                open(os.path.join(os.path.dirname({victim}), "pwned"), "w").write("x")
+            except OSError:
+                pass
+            """),
+        "copier": _with(stub, f"""
+            import os
+
+            def _borrow():
+                errors = []
+                for folder in ({solutions}, os.path.join({submissions}, "correct", "exercises")):
+                    try:
+                        code = open(os.path.join(folder, "ex00_warmup.py")).read()
+                    except OSError as error:
+                        errors.append(type(error).__name__)
+                        continue
+                    scope = {{}}
+                    exec(code, scope)
+                    return scope
+                try:
+                    errors.append("saw hidden tests: " + ",".join(os.listdir({hidden})))
+                except OSError as error:
+                    errors.append(type(error).__name__)
+                raise RuntimeError("copier found nothing to copy: " + ", ".join(errors))
+
+            def shard_range(num_items, world_size, rank):
+                return _borrow()["shard_range"](num_items, world_size, rank)
+
+            def all_reduce_mean(tensor):
+                return _borrow()["all_reduce_mean"](tensor)
+            """),
+        "memory_hog": _with(solution, """
+            _solution_shard_range = shard_range
+
+            def shard_range(num_items, world_size, rank):
+                hog = bytearray(16 * 2**30)  # 16 GiB
+                return _solution_shard_range(num_items, world_size, rank)
+            """),
+    }
+
+
+# (status, total) each deserves, out of 8 possible; the comments say why.
+EXPECTED = {
+    "correct": ("ok", 8),
+    "partial": ("ok", 4),  # shard_range right, all_reduce_mean wrong
+    "untouched": ("ok", 0),
+    "infinite_loop": ("ok", 4),  # all_reduce_mean hangs: its tests time out, the others pass
+    "ignores_signals": ("ok", 4),  # shard_range hangs and ignores signals: killed; all_reduce_mean passes
+    "sys_exit": ("ok", 0),
+    "os_exit": ("ok", 0),
+    "forged_conftest": ("ok", 0),  # the stubs, with a conftest.py, pytest.ini, tests/ and solutions/ that lie
+    "monkeypatcher": ("ok", 0),
+    "lying_eq": ("ok", 0),
+    "fake_summary": ("ok", 0),
+    "vandal": ("ok", 8),  # correct code; its deletions outside its folder must all fail
+    "copier": ("ok", 0),  # tries to read the solutions and another student's submission
+    "memory_hog": ("ok", 4),  # shard_range's 16 GiB allocation fails; all_reduce_mean passes
+    "symlinker": ("ok", 0),  # exercises/ex00_warmup.py is a link to the reference solution: not taken
+}
+
+FORGED_CONFTEST = '''
+import pytest
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+'''
+
+
+def build_class(base: Path) -> dict[str, Path]:
+    """Write the class under `base`; return the paths: submissions, out, hidden, victim."""
+    paths = {"submissions": base / "submissions", "out": base / "out", "hidden": base / "hidden",
+             "victim": base / "victim" / "precious.txt"}
+    paths["submissions"].mkdir(parents=True)
+    paths["hidden"].mkdir()
+    (paths["hidden"] / "test_ex00_hidden.py").write_text(HIDDEN_TEST)
+    paths["victim"].parent.mkdir()
+    paths["victim"].write_text("the instructor's file\n")
+    texts = sources(paths)
+    zipped = {"partial", "untouched"}
+    for name, text in texts.items():
+        if name in zipped:
+            with zipfile.ZipFile(paths["submissions"] / f"{name}.zip", "w") as archive:
+                archive.writestr("course-main/exercises/ex00_warmup.py", text)
+                archive.writestr("course-main/solutions/ex00_warmup.py", _solution())  # never graded
+                archive.writestr("course-main/README.md", "hello\n")
+        elif name == "correct":  # a whole course folder
+            folder = paths["submissions"] / name / "exercises"
+            folder.mkdir(parents=True)
+            (folder / "ex00_warmup.py").write_text(text)
+            (folder.parent / "notebooks").mkdir()
+        else:  # just the exercises/ folder's files
+            folder = paths["submissions"] / name
+            folder.mkdir()
+            (folder / "ex00_warmup.py").write_text(text)
+    forged = paths["submissions"] / "forged_conftest"
+    (forged / "exercises").mkdir(parents=True)
+    (forged / "exercises" / "ex00_warmup.py").write_text(_stub())
+    for where in (forged, forged / "exercises"):
+        (where / "conftest.py").write_text(FORGED_CONFTEST)
+        (where / "pytest.ini").write_text("[pytest]\naddopts = -p no:randomly --co\n")
+    (forged / "tests").mkdir()
+    (forged / "tests" / "conftest.py").write_text(FORGED_CONFTEST)
+    (forged / "tests" / "test_ex00_warmup.py").write_text("import pytest\n\n@pytest.mark.points(100)\ndef test_ok():\n    pass\n")
+    (forged / "solutions").mkdir()
+    (forged / "solutions" / "ex00_warmup.py").write_text(_solution())
+    linker = paths["submissions"] / "symlinker" / "exercises"
+    linker.mkdir(parents=True)
+    (linker / "ex00_warmup.py").symlink_to(SOLUTION_FILE)
+    assert set(EXPECTED) == {p.name.removesuffix(".zip") for p in paths["submissions"].iterdir()}
+    return paths
+
+
+def stuck_source() -> str:
+    """A submission that, on import, ignores signals, starts processes that leave its session, and spins forever."""
+    return _with(_solution(), """
+        import os, signal
+        for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGHUP):
+            signal.signal(_sig, signal.SIG_IGN)
+        for _ in range(20):
+            try:
+                if os.fork() == 0:
+                    os.setsid()
+                    while True:
+                        signal.pause()
+            except OSError:
+                break
+        while True:
+            pass
+        """)
+
+
+def copy_solution_folder(target: Path) -> None:
+    target.mkdir(parents=True)
+    shutil.copy(SOLUTION_FILE, target / SOLUTION_FILE.name)

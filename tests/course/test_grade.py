@@ -1,0 +1,245 @@
+"""The instructor's grader: a class of honest, cheating and misbehaving submissions, each graded as it deserves.
+
+The class (tests/course/class_builder.py) is graded on ex00 only, with one hidden test, two at a time;
+every student's row, results.json and feedback are checked, and the grading must end in bounded time.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from course_lib import grade
+from course_lib.exercises import expected_stubs
+from course_lib.release import make_release
+
+from class_builder import EXPECTED, build_class, copy_solution_folder, stuck_source
+
+ROOT = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+TEST_TIMEOUT = 15  # seconds per test in the class: the hangs cost this much each
+CLASS_LIMIT = 300  # the whole class must be graded within this (it takes about 2 minutes on 2 busy cores)
+
+needs_solutions = pytest.mark.skipif(not (ROOT / "solutions" / "ex00_warmup.py").exists(),
+                                     reason="needs the reference solutions (not in the student release)")
+needs_root_linux = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                                      reason="the full sandbox (a user per student) needs root on Linux")
+
+
+def _grade(submissions: Path, out: Path, *extra: str, limit: float) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    done = subprocess.run([PYTHON, "-m", "course_lib.grade", str(submissions), "--out", str(out), "--exercises", "ex00",
+                           "--no-progress", *extra], cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    return done, time.monotonic() - started
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    with open(out / "grades.csv", newline="") as handle:
+        return {row["student"]: row for row in csv.DictReader(handle)}
+
+
+@pytest.fixture(scope="module")
+def graded_class():
+    # Not pytest's tmp_path: its folders are private to root, which would hide the class from the students'
+    # users whatever the grader did. Here everything is readable by all, as an instructor's files often are.
+    base = Path(tempfile.mkdtemp(prefix="course-grade-test-"))
+    os.chmod(base, 0o755)
+    try:
+        yield _grade_the_class(base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _grade_the_class(base: Path) -> dict:
+    paths = build_class(base)
+    before = {p: p.read_bytes() for p in paths["submissions"].rglob("*") if p.is_file() and not p.is_symlink()}
+    done, seconds = _grade(paths["submissions"], paths["out"], "--jobs", "2", "--timeout", "200",
+                           "--test-timeout", str(TEST_TIMEOUT), "--tests", str(paths["hidden"]), limit=CLASS_LIMIT + 60)
+    return {**paths, "done": done, "seconds": seconds, "before": before}
+
+
+@needs_solutions
+@needs_root_linux
+def test_class_is_graded_in_bounded_time_with_one_row_per_student(graded_class):
+    done = graded_class["done"]
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert graded_class["seconds"] < CLASS_LIMIT, f"grading took {graded_class['seconds']:.0f} s"
+    rows = _rows(graded_class["out"])
+    assert set(rows) == set(EXPECTED)
+    assert list(rows["correct"])[:7] == ["student", "status", "ex00", "ex00 hidden", "total", "possible", "not graded"]
+    assert "protections:" in done.stderr and "a user of its own" in done.stderr
+
+
+@needs_solutions
+@needs_root_linux
+@pytest.mark.parametrize("student", sorted(EXPECTED))
+def test_each_student_gets_what_they_deserve(graded_class, student):
+    status, total = EXPECTED[student]
+    row = _rows(graded_class["out"])[student]
+    assert (row["status"], float(row["total"]), float(row["possible"])) == (status, total, 8.0), row
+    results = json.loads((graded_class["out"] / student / "results.json").read_text())
+    assert results["score"] == total
+    assert len(results["tests"]) == 5 and sum(t["max_score"] for t in results["tests"]) == 8
+    assert sum(t["score"] for t in results["tests"]) == total
+    for test in results["tests"]:
+        assert test["status"] == ("passed" if test["score"] == test["max_score"] else "failed")
+    hidden = [t for t in results["tests"] if t["visibility"] == "hidden"]
+    assert len(hidden) == 1 and "shard_range_edges" not in hidden[0]["name"]
+    assert float(row["ex00 hidden"]) == hidden[0]["score"]
+    feedback = (graded_class["out"] / student / "feedback.md").read_text()
+    assert f"**{total:g} / 8 points**" in feedback
+
+
+def _messages(graded_class, student: str) -> dict[str, str]:
+    results = json.loads((graded_class["out"] / student / "results.json").read_text())
+    return {t["name"]: t["output"] for t in results["tests"] if t["visibility"] == "visible"}
+
+
+@needs_solutions
+@needs_root_linux
+def test_hangs_are_killed_at_the_test_timeout_and_exits_are_failures(graded_class):
+    loop = _messages(graded_class, "infinite_loop")
+    assert all("Timeout" in m for n, m in loop.items() if "all_reduce" in n), loop
+    deaf = _messages(graded_class, "ignores_signals")
+    assert all("Timeout" in m for n, m in deaf.items() if "shard_range" in n), deaf
+    for student in ("sys_exit", "os_exit"):
+        messages = _messages(graded_class, student)
+        assert all("exit" in m for m in messages.values()), messages
+    assert any("rank" in m for n, m in _messages(graded_class, "os_exit").items() if "all_reduce" in n)
+    hog = _messages(graded_class, "memory_hog")
+    assert all("MemoryError" in m for n, m in hog.items() if "shard_range" in n), hog
+
+
+@needs_solutions
+@needs_root_linux
+def test_cheats_cannot_reach_solutions_hidden_tests_or_other_files(graded_class):
+    copier = " ".join(_messages(graded_class, "copier").values())
+    assert "copier found nothing to copy" in copier and "saw hidden tests: ," not in copier
+    assert "test_ex00_hidden" not in copier
+    victim = graded_class["victim"]
+    assert victim.read_text() == "the instructor's file\n"
+    assert not (victim.parent / "pwned").exists()
+    after = {p: p.read_bytes() for p in graded_class["submissions"].rglob("*") if p.is_file() and not p.is_symlink()}
+    assert after == graded_class["before"], "a submission was changed during grading"
+    assert (graded_class["hidden"] / "test_ex00_hidden.py").exists()
+    assert not (graded_class["out"] / "grades.csv").read_text().count("fake_summary,100")
+    assert "no exNN_*.py files" in _rows(graded_class["out"])["symlinker"]["detail"]
+
+
+@needs_solutions
+@needs_root_linux
+def test_nothing_a_student_started_outlives_the_grading(graded_class):
+    for uid in grade._free_uids(2):
+        assert grade._processes_of(uid) == [], f"processes of user {uid} are still running"
+
+
+@needs_solutions
+@needs_root_linux
+def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
+    submissions = tmp_path / "submissions"
+    (submissions / "stuck").mkdir(parents=True)
+    (submissions / "stuck" / "ex00_warmup.py").write_text(stuck_source())
+    copy_solution_folder(submissions / "honest")
+    (submissions / "broken.zip").write_bytes(b"PK\x03\x04 this is not a zip file")
+    done, seconds = _grade(submissions, tmp_path / "out", "--jobs", "2", "--timeout", "25", "--test-timeout", "120",
+                           limit=200)
+    rows = _rows(tmp_path / "out")
+    assert rows["stuck"]["status"] == "timeout" and rows["stuck"]["total"] == "0" and rows["stuck"]["possible"] == "7"
+    assert "time limit" in rows["stuck"]["detail"]
+    assert 25 <= float(rows["stuck"]["seconds"]) < 60
+    assert (rows["honest"]["status"], rows["honest"]["total"]) == ("ok", "7")
+    assert float(rows["honest"]["seconds"]) < 60
+    assert rows["broken"]["status"] == "grader error" and rows["broken"]["total"] == ""
+    assert "zip" in rows["broken"]["detail"]
+    assert done.returncode == 1  # a grader error is never silent
+    stuck = json.loads((tmp_path / "out" / "stuck" / "results.json").read_text())
+    assert all(t["status"] == "failed" and "time limit" in t["output"] for t in stuck["tests"])
+    assert seconds < 120
+    for uid in grade._free_uids(2):
+        assert grade._processes_of(uid) == [], f"processes of user {uid} are still running"
+
+
+def test_status_says_timeout_crash_or_grader_error_never_a_silent_zero():
+    assert grade.classify(1, False, {"tests": []}, 60)[0] == "ok"
+    assert grade.classify(None, True, None, 60)[0] == "timeout"
+    status, why = grade.classify(-9, False, None, 60)
+    assert status == "crashed" and "SIGKILL" in why
+    assert grade.classify(0, False, None, 60) == ("grader error", "pytest finished but its report is missing or unreadable")
+    assert grade.classify(4, False, None, 60)[0] == "grader error"
+
+
+def test_tests_not_finished_count_as_failed_and_gpu_tests_as_not_graded():
+    expected = [
+        {"nodeid": "tests/test_ex01_x.py::a", "points": 2, "exercise": "ex01", "hidden": False, "not_graded": None},
+        {"nodeid": "tests/test_ex01_x.py::b", "points": 3, "exercise": "ex01", "hidden": False,
+         "not_graded": "needs 2 CUDA GPUs; this machine has 0"},
+        {"nodeid": "tests/hidden/test_ex01_y.py::c", "points": 1, "exercise": "ex01", "hidden": True, "not_graded": None},
+    ]
+    finished = {"tests/test_ex01_x.py::a": {"outcome": "passed", "message": ""}}
+    rows = grade._merge(expected, finished, "timeout")
+    assert [(r["outcome"], r["score"], r["max_score"]) for r in rows] == [
+        ("passed", 2, 2), ("not graded", 0, 0), ("failed", 0, 1)]
+    assert "time limit" in rows[2]["message"]
+    result = grade.Result("ann", "timeout", "", rows, 1.0)
+    assert (result.earned(), result.possible(), result.earned("ex01", hidden=True)) == (2, 3, 0)
+
+
+def test_only_exercise_files_are_taken_from_a_submission(tmp_path):
+    folder = tmp_path / "student" / "my-course" / "exercises"
+    folder.mkdir(parents=True)
+    (folder / "ex00_warmup.py").write_text("x = 1\n")
+    (folder / "conftest.py").write_text("raise SystemExit\n")
+    (folder / "ex01_devices.py").symlink_to("/etc/passwd")
+    (tmp_path / "student" / "my-course" / "solutions").mkdir()
+    (tmp_path / "student" / "my-course" / "solutions" / "ex04_collectives.py").write_text("y = 2\n")
+    files, where = grade.collect_exercise_files(tmp_path / "student")
+    assert files == {"ex00_warmup.py": b"x = 1\n"} and where == "my-course/exercises"
+    archive = tmp_path / "student.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("ex/exercises/ex00_warmup.py", "a = 1\n")
+        z.writestr("ex/solutions/ex00_warmup.py", "b = 2\n")
+        z.writestr("../../evil/ex01_devices.py", "c = 3\n")
+        z.writestr("ex/exercises/conftest.py", "d = 4\n")
+    files, where = grade.collect_exercise_files(archive)
+    assert files == {"ex00_warmup.py": b"a = 1\n"} and where == "ex/exercises"
+
+
+@needs_solutions
+def test_release_has_stubs_and_no_solutions(tmp_path):
+    written = make_release(tmp_path / "release")
+    release = tmp_path / "release"
+    assert not (release / "solutions").exists() and not (release / "benchmarks").exists()
+    stubs = expected_stubs(ROOT / "solutions")
+    assert {p.name: p.read_text() for p in (release / "exercises").glob("ex*.py")} == stubs
+    assert (release / "course.py").exists() and (release / "tests" / "conftest.py").exists()
+    assert Path("course_lib/grade.py") in written
+    assert not any("BEGIN SOLUTION" in p.read_text() for p in (release / "exercises").rglob("*"))
+
+
+def test_release_refuses_a_notebook_that_quotes_a_solution(tmp_path):
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "solutions" / "ex09_demo.py").write_text(
+        "def area(width, height):\n    \"\"\"Area.\"\"\"\n    # BEGIN SOLUTION: multiply\n"
+        "    result = width * height  # the width times the height\n    return float(result)\n    # END SOLUTION\n")
+    (course / "notebooks").mkdir()
+    notebook = {"cells": [{"cell_type": "code", "source": ["def area(width, height):\n",
+                                                           "    result = width * height\n",
+                                                           "    return float(result)\n"]}]}
+    (course / "notebooks" / "09.ipynb").write_text(json.dumps(notebook))
+    with pytest.raises(SystemExit, match="release not made"):
+        make_release(tmp_path / "out", root=course)
+    assert not (tmp_path / "out").exists()
+    (course / "notebooks" / "09.ipynb").write_text(json.dumps({"cells": []}))
+    make_release(tmp_path / "out", root=course)
+    assert "NotImplementedError('multiply')" in (tmp_path / "out" / "exercises" / "ex09_demo.py").read_text()
