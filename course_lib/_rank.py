@@ -114,6 +114,7 @@ def rank_main(
     _redirect_output(out_conn.fileno(), err_conn.fileno())
     out_conn.close()
     err_conn.close()
+    os.environ.clear()
     os.environ.update(options["env"])
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size)

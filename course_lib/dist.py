@@ -266,11 +266,13 @@ def _run_ranks(
     options = {
         "backend": backend,
         "store_path": os.path.join(scratch, "store"),
-        "pg_timeout": timeout,
+        # Collectives time out a little after the launch does, so a hang always ends as one LaunchTimeout.
+        "pg_timeout": timeout + 10,
         "threads": max(1, usable_cores() // world_size),
         "plain_results": plain_results,
         "limits": limits,
-        "env": dict(env or {}),
+        # The ranks fork from a server started earlier: hand them this process's environment as it is now.
+        "env": {**os.environ, **(env or {})},
     }
     processes, result_conns, output_fds = [], {}, {}
     relay = _OutputRelay(prefix_output)
@@ -399,12 +401,14 @@ def launch(
     backend: str | None = None,
     timeout: float = 60.0,
     quiet: bool = False,
+    env: dict[str, str] | None = None,
 ) -> list[Any]:
     """Run `fn(rank, world_size, *args)` in `world_size` ranks with a process group; return their results (notebook 04).
 
     backend: None picks NCCL when each rank can have a CUDA GPU, else gloo; or say 'gloo' / 'nccl'.
-    timeout: seconds for the whole run (and each collective); then every rank is killed.
+    timeout: seconds for the whole run; then every rank is killed.
     quiet: do not print the line that says which backend runs.
+    env: environment variables for the ranks (e.g. {"NCCL_DEBUG": "INFO"}), on top of this process's own.
     Raises RankFailed (a rank raised or exited early) or LaunchTimeout (a hang).
     """
     return _run_ranks(
@@ -418,7 +422,7 @@ def launch(
         prefix_output=True,
         plain_results=False,
         limits=None,
-        env=None,
+        env=env,
     )
 
 

