@@ -119,6 +119,8 @@ def rank_main(
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size)
     )
+    # torch reads TORCH_DISTRIBUTED_DEBUG when it is imported, which the fork server did long ago.
+    dist.set_debug_level_from_env()
     torch.set_num_threads(options["threads"])
     initialised = False
     try:

@@ -335,3 +335,15 @@ def test_ranks_see_the_environment_as_it_is_at_launch(monkeypatch):
     assert launch(_read_env, 2, quiet=True, env={"COURSE_TEST_PASSED": "NCCL_DEBUG-like"}) == [
         ("yes", "NCCL_DEBUG-like")
     ] * 2
+
+
+def _debug_level(rank, world_size):
+    import torch.distributed as dist
+
+    return str(dist.get_debug_level())
+
+
+def test_torch_distributed_debug_reaches_the_ranks():
+    # torch reads it at import, which the fork server did before the variable existed
+    assert launch(_debug_level, 2, quiet=True, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) == ["DebugLevel.DETAIL"] * 2
+    assert launch(_debug_level, 2, quiet=True) == ["DebugLevel.OFF"] * 2
