@@ -449,6 +449,16 @@ def _namespace_prefix(sandbox: Sandbox, hide: list[Path], work: Path) -> list[st
     return [*sandbox.hide_command, "sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh"]
 
 
+_running: dict[int, tuple[subprocess.Popen, int | None]] = {}  # judges now running: stopped if the grader is
+
+
+def _stop(process: subprocess.Popen, uid: int | None) -> None:
+    _kill_session(process)  # the fork server and anything else left in the judge's session
+    if uid is not None:
+        _kill_user(uid)  # ranks and anything they started, wherever they moved
+    _running.pop(process.pid, None)
+
+
 def _kill_session(process: subprocess.Popen) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
@@ -569,7 +579,9 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
     try:
         files, found_in = collect_exercise_files(entry)
     except (SubmissionError, OSError) as error:
-        return Result(name, "grader error", f"could not read the submission: {error}", [], time.monotonic() - started)
+        result = Result(name, "grader error", f"could not read the submission: {error}", [], time.monotonic() - started)
+        _write_student(result, s.out / name, None)
+        return result
     for file_name, data in files.items():
         (scratch / "exercises" / file_name).write_bytes(data)
     if uid is not None:
@@ -587,14 +599,13 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=s.judge, env=_judge_env(scratch, limits), stdin=subprocess.DEVNULL,
                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        _running[process.pid] = (process, uid)
         try:
             process.wait(timeout=s.timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_session(process)  # the fork server and anything else left in the judge's session
-            if uid is not None:
-                _kill_user(uid)  # ranks and anything they started, wherever they moved
+            _stop(process, uid)
     returncode = None if timed_out else process.returncode
     data = _read_json(report) if not timed_out else None
     if data is not None and not isinstance(data.get("tests"), list):
@@ -608,14 +619,17 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
     if not files:
         detail = (detail + "; " if detail else "") + "no exNN_*.py files found in the submission"
     result = Result(name, status, detail, tests, time.monotonic() - started, found_in)
-    student_dir = s.out / name
-    student_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(log_path, student_dir / "grading.log") if log_path.stat().st_size < 2**20 else \
-        (student_dir / "grading.log").write_text(_tail(log_path, 2**20))
-    write_results_json(result, student_dir / "results.json")
-    write_feedback(result, student_dir / "feedback.md")
+    _write_student(result, s.out / name, log_path)
     shutil.rmtree(home, ignore_errors=True)
     return result
+
+
+def _write_student(result: Result, folder: Path, log_path: Path | None) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    log = _tail(log_path, 2**20) if log_path is not None else ""  # the judge's output, for the instructor
+    (folder / "grading.log").write_text(log + "\n" if log else f"{result.status}: {result.detail}\n")
+    write_results_json(result, folder / "results.json")
+    write_feedback(result, folder / "feedback.md")
 
 
 def _tail(path: Path, size: int) -> str:
@@ -742,13 +756,23 @@ def _collect_expected(s: Settings, judge_tests: list[str]) -> list[dict]:
     return expected
 
 
+def default_memory_gb() -> float:
+    """6 GiB of address space per student process (importing torch takes 3.3), or none where CUDA is present."""
+    return 0.0 if os.path.exists("/dev/nvidiactl") else 6.0
+
+
 def grade_class(submissions: Path, out: Path, jobs: int = 1, timeout: float = 900.0, test_timeout: float = 120.0,
-                hidden: Path | None = None, exercises: list[str] | None = None, memory_gb: float = 6.0,
+                hidden: Path | None = None, exercises: list[str] | None = None, memory_gb: float | None = None,
                 max_processes: int = 256, progress: bool = True) -> list[Result]:
     """Grade every submission in `submissions`; write the gradebook and feedback to `out`; return the results."""
     submissions, out = submissions.resolve(), out.resolve()
-    entries = find_submissions(submissions)
+    entries = [(name, path) for name, path in find_submissions(submissions) if path.resolve() != out]
     sandbox = detect_sandbox()
+    if memory_gb is None:
+        memory_gb = default_memory_gb()
+    if not memory_gb:
+        sandbox.missing.append("no memory limit for student code (--memory-gb 0; on a CUDA machine that is the "
+                               "default, because CUDA reserves more address space than any useful limit)")
     print(sandbox.describe(), file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="course-grade-"))
@@ -784,7 +808,8 @@ def grade_class(submissions: Path, out: Path, jobs: int = 1, timeout: float = 90
             from tqdm import tqdm
 
             bar = tqdm(total=len(entries), unit="student", file=sys.stderr, dynamic_ncols=True)
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pool, futures = ThreadPoolExecutor(max_workers=max(1, jobs)), []
+        try:
             futures = [pool.submit(task, i, name, entry) for i, (name, entry) in enumerate(entries)]
             for future in as_completed(futures):
                 result = future.result()
@@ -792,6 +817,14 @@ def grade_class(submissions: Path, out: Path, jobs: int = 1, timeout: float = 90
                 if bar is not None:
                     bar.set_postfix_str(f"{result.student}: {result.status}", refresh=False)
                     bar.update(1)
+        except BaseException:  # Ctrl-C: stop every judge now rather than at its time limit
+            for future in futures:
+                future.cancel()
+            for process, uid in list(_running.values()):
+                _stop(process, uid)
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
         if bar is not None:
             bar.close()
         write_gradebook(results, s.expected, out / "grades.csv")
@@ -810,8 +843,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--test-timeout", type=float, default=120.0, help="seconds for one test (default 120)")
     parser.add_argument("--tests", type=Path, default=None, help="folder of hidden tests (test_exNN_*.py), graded as hidden")
     parser.add_argument("--exercises", default=None, help="grade only these, e.g. ex00,ex01 (default: all)")
-    parser.add_argument("--memory-gb", type=float, default=6.0,
-                        help="address-space limit of each student process in GiB (default 6; importing torch needs ~3.3)")
+    parser.add_argument("--memory-gb", type=float, default=None,
+                        help="address-space limit of each student process in GiB; 0 for none (default 6, "
+                             "none on a CUDA machine; importing torch alone takes 3.3)")
     parser.add_argument("--max-processes", type=int, default=256,
                         help="processes and threads a student's user may have at once (default 256; needs root)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -823,10 +857,20 @@ def main(argv: list[str] | None = None) -> int:
     if options.jobs < 1 or options.timeout <= 0 or options.test_timeout <= 0:
         parser.error("--jobs, --timeout and --test-timeout must be positive")
     exercises = [e.strip() for e in options.exercises.split(",") if e.strip()] if options.exercises else None
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)  # like Ctrl-C: the running judges are stopped, not left behind
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     started = time.monotonic()
-    results = grade_class(options.submissions, options.out, options.jobs, options.timeout, options.test_timeout,
-                          options.tests, exercises, options.memory_gb, options.max_processes,
-                          progress=not options.no_progress)
+    try:
+        results = grade_class(options.submissions, options.out, options.jobs, options.timeout, options.test_timeout,
+                              options.tests, exercises, options.memory_gb, options.max_processes,
+                              progress=not options.no_progress)
+    except KeyboardInterrupt:
+        print("interrupted: every running judge was stopped; grades.csv was not written", file=sys.stderr)
+        return 130
     counts = {status: sum(r.status == status for r in results) for status in STATUSES}
     print(f"graded {len(results)} students in {time.monotonic() - started:.1f} s: "
           + ", ".join(f"{n} {status}" for status, n in counts.items() if n)

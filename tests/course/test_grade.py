@@ -161,6 +161,7 @@ def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
     assert float(rows["honest"]["seconds"]) < 60
     assert rows["broken"]["status"] == "grader error" and rows["broken"]["total"] == ""
     assert "zip" in rows["broken"]["detail"]
+    assert "could not be graded automatically" in (tmp_path / "out" / "broken" / "feedback.md").read_text()
     assert done.returncode == 1  # a grader error is never silent
     stuck = json.loads((tmp_path / "out" / "stuck" / "results.json").read_text())
     assert all(t["status"] == "failed" and "time limit" in t["output"] for t in stuck["tests"])
