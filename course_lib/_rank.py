@@ -144,6 +144,11 @@ def rank_main(
                 **kwargs,
             )
             initialised = True
+            # init_process_group returns on a rank once *its* connections are up, not everyone's: without
+            # this barrier a fast rank could finish fn, exit and close its sockets while a slower one is
+            # still connecting, which fails the slow rank in gloo's connectFullMesh (seen on a loaded
+            # 2-core machine: 6 of 300 four-rank launches of a function without collectives).
+            dist.barrier()
         value = fn(rank, world_size, *args)
         try:
             message = RESULT + encode_result(value, options["plain_results"])
