@@ -6,7 +6,8 @@ A stress run, not a test: it starts N busy-looping processes (default: one per c
 `--launches` times a function that returns at once, counting failures by their last line. This is the
 situation that used to break gloo's connectFullMesh ("Connection closed by peer"): a fast rank finished
 and exited while a slow one was still connecting. launch() now holds every rank at a barrier after
-init_process_group; before that change this run failed about 2 % of four-rank launches on a 2-core machine.
+init_process_group. Measured on a 2-core machine: 1 of 300 four-rank launches failed before that change,
+0 of 300 after (an earlier, heavier stress script: 6 of 300 before, 0 of 600 after).
 """
 
 from __future__ import annotations
