@@ -120,7 +120,7 @@ def _what_is_real(report: HardwareReport) -> list[str]:
 
 def print_hardware_report(report: HardwareReport | None = None) -> None:
     """Print the hardware report as a small table and say what will be real here and what simulated (notebook 01)."""
-    from course_lib.timing import print_table
+    from course_lib.tables import print_table
 
     report = report or hardware_report()
     print(f"CPU: {report.cpu_cores} usable cores ({report.cpu_name})")
@@ -170,7 +170,7 @@ def gpu_memory_report(devices: list[int] | None = None) -> list[dict]:
     Prints a table and returns one dict per GPU (bytes). Without a CUDA GPU it says why there is
     nothing to report and returns [].
     """
-    from course_lib.timing import print_table
+    from course_lib.tables import print_table
 
     have = cuda_gpu_count()
     if have == 0:

@@ -1,26 +1,15 @@
-"""Timing device work correctly, and printing small tables of results (notebook 01 introduces them)."""
+"""Timing device work correctly: warm-up, CUDA events, repeats and robust statistics (notebook 01 introduces it)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
+from course_lib.tables import print_table
 
-def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Print rows under a header as an aligned plain-text table (notebook 01)."""
-    cells = [[str(h) for h in header]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    line = "  ".join("-" * w for w in widths)
-    print("  ".join(h.ljust(w) for h, w in zip(cells[0], widths)))
-    print(line)
-    for row in cells[1:]:
-        print("  ".join(c.rjust(w) if _numeric(c) else c.ljust(w) for c, w in zip(row, widths)))
-
-
-def _numeric(text: str) -> bool:
-    return bool(text) and (text[0].isdigit() or text[0] in "-+.") and any(ch.isdigit() for ch in text)
+__all__ = ["Timing", "benchmark", "compare", "format_seconds"]
 
 
 @dataclass
@@ -55,11 +44,12 @@ class Timing:
         return statistics.stdev(self.times) if len(self.times) > 1 else 0.0
 
     def __str__(self) -> str:
-        return (f"median {_format_seconds(self.median)} (IQR {_format_seconds(self.iqr)}, "
-                f"min {_format_seconds(self.min)}, max {_format_seconds(self.max)}, {len(self.times)} runs on {self.device})")
+        return (f"median {format_seconds(self.median)} (IQR {format_seconds(self.iqr)}, "
+                f"min {format_seconds(self.min)}, max {format_seconds(self.max)}, {len(self.times)} runs on {self.device})")
 
 
-def _format_seconds(seconds: float) -> str:
+def format_seconds(seconds: float) -> str:
+    """A duration with a readable unit: '2.83 ms', '11.8 µs' (notebook 01)."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.3g} {unit}"
@@ -123,7 +113,7 @@ def compare(cases: dict[str, Callable[[], Any]], *, device: Any = None, warmup: 
     results = {name: benchmark(fn, device=device, warmup=warmup, repeat=repeat) for name, fn in cases.items()}
     if show:
         base = next(iter(results.values())).median
-        rows = [(name, _format_seconds(t.median), _format_seconds(t.iqr), _format_seconds(t.min),
+        rows = [(name, format_seconds(t.median), format_seconds(t.iqr), format_seconds(t.min),
                  f"{t.median / base:.2f}×" if base > 0 else "–") for name, t in results.items()]
         print_table(["case", "median", "IQR", "min", "vs first"], rows)
     return results
