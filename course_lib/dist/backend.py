@@ -1,0 +1,58 @@
+"""Which backend the ranks use, and which device a rank's tensors belong on (notebook 04)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from course_lib.devices import cuda_gpu_count
+
+__all__ = ["choose_backend", "rank_device", "LaunchError"]
+
+
+class LaunchError(RuntimeError):
+    """A launch that could not start, or whose ranks did not all return (notebook 04)."""
+
+
+def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, str]:
+    """The backend for `world_size` ranks and a sentence saying why (notebook 04).
+
+    NCCL when every rank can have its own CUDA GPU, else gloo on the CPU.
+    """
+    import torch.distributed as dist
+
+    gpus = cuda_gpu_count()
+    if backend is None:
+        if gpus >= world_size and dist.is_nccl_available():
+            return "nccl", f"NCCL, one CUDA GPU per rank ({gpus} GPUs here)"
+        if gpus == 0:
+            why = "this machine has no CUDA GPU"
+        else:
+            why = f"{world_size} ranks but {gpus} CUDA GPUs, and NCCL needs a GPU per rank"
+        return "gloo", f"gloo on the CPU ({why})"
+    if backend == "nccl":
+        if not dist.is_nccl_available() or gpus < world_size:
+            raise LaunchError(
+                f"backend='nccl' needs one CUDA GPU per rank: {world_size} ranks asked for, {gpus} GPUs here. "
+                "Use backend='gloo' (or leave backend=None to choose), or fewer ranks."
+            )
+        return "nccl", f"NCCL, one CUDA GPU per rank ({gpus} GPUs here)"
+    if backend == "gloo":
+        return "gloo", "gloo on the CPU (asked for)"
+    raise LaunchError(f"backend must be None, 'gloo' or 'nccl', not {backend!r}")
+
+
+def rank_device() -> torch.device:
+    """The device for this rank's tensors: its own GPU (cuda:LOCAL_RANK) under NCCL, else the CPU (notebook 04).
+
+    Call it inside a rank. The GPU comes from the *local* rank, never the global one: on a second
+    machine, global rank 11 is local rank 3 and there is no cuda:11.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        raise LaunchError("rank_device() is for code running in a rank: call it inside a function run by launch()")
+    if "nccl" in str(dist.get_backend()):
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")

@@ -1,0 +1,324 @@
+"""`launch`: start ranks from a notebook cell or a test, and bring their results back (notebook 04).
+
+The parent's side of a launch. Ranks are forked from a fork server that has torch imported
+already (`course_lib.dist.rank` is its preload), so a launch costs about a tenth of a second.
+Each rank gets one result pipe and two output pipes; the parent watches them together with the
+process sentinels, so a failure is reported at once and a hang at the deadline, and every rank
+(with anything it started) is killed in `finally`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import multiprocessing.spawn as mp_spawn
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+
+from course_lib.devices import usable_cores
+from course_lib.dist.backend import LaunchError, choose_backend
+from course_lib.dist.relay import OutputRelay
+
+__all__ = ["launch", "run_ranks", "RankJob", "start_fork_server", "RankFailed", "LaunchTimeout"]
+
+MAX_RESULT_BYTES = 2**30  # per rank
+
+
+class RankFailed(LaunchError):
+    """A rank raised, exited early or returned something that could not come back (notebook 04)."""
+
+    def __init__(self, rank: int, world_size: int, detail: str):
+        self.rank, self.world_size, self.detail = rank, world_size, detail
+        super().__init__(f"rank {rank} of {world_size} failed:\n{detail.rstrip()}")
+
+
+class LaunchTimeout(LaunchError):
+    """The ranks did not all finish within the timeout; all were killed (notebook 04)."""
+
+
+@dataclass
+class RankJob:
+    """One launch: what runs in how many ranks, and how. `launch` and the graded tests' runner fill it in."""
+
+    fn: Callable[..., Any]
+    world_size: int
+    args: Sequence[Any] = ()
+    backend: str | None = None  # None: NCCL when each rank can have a GPU, else gloo
+    init_process_group: bool = True  # False: plain child processes, no process group
+    timeout: float = 60.0  # seconds for the whole run
+    quiet: bool = False  # do not announce the backend
+    prefix_output: bool = True  # "[rank N] " before each line a rank prints
+    plain_results: bool = False  # results come back only as plain data (torch.load weights_only)
+    env: dict[str, str] | None = None  # extra environment variables for the ranks
+    confinement: Any = None  # the grader's policy: prepare_folder(path) here, apply() in each rank
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
+           timeout: float = 60.0, quiet: bool = False, env: dict[str, str] | None = None) -> list[Any]:
+    """Run `fn(rank, world_size, *args)` in `world_size` ranks with a process group; return their results (notebook 04).
+
+    backend: None picks NCCL when each rank can have a CUDA GPU, else gloo; or say 'gloo' / 'nccl'.
+    timeout: seconds for the whole run; then every rank is killed.
+    quiet: do not print the line that says which backend runs.
+    env: environment variables for the ranks (e.g. {"NCCL_DEBUG": "INFO"}), on top of this process's own.
+    Raises RankFailed (a rank raised or exited early) or LaunchTimeout (a hang).
+    """
+    return run_ranks(RankJob(fn, world_size, args, backend=backend, timeout=timeout, quiet=quiet, env=env))
+
+
+def run_ranks(job: RankJob) -> list[Any]:
+    """Run a `RankJob`; return the ranks' results in rank order, or raise RankFailed / LaunchTimeout."""
+    run = _Launch(job)
+    try:
+        run.start()
+        return run.wait()
+    finally:
+        run.close()
+
+
+_context: mp.context.BaseContext | None = None
+_start_lock = threading.Lock()
+
+
+def start_fork_server() -> None:
+    """Start the fork server that ranks are forked from, with torch already imported (notebook 04).
+
+    The first launch calls this itself and pays about two seconds; calling it early hides that.
+    """
+    global _context
+    if _context is None:
+        context = mp.get_context("forkserver")
+        context.set_forkserver_preload(["course_lib.dist.rank"])
+        _context = context
+    from multiprocessing import forkserver
+
+    with _ranks_do_not_import_main():
+        forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _ranks_do_not_import_main():
+    """Stop multiprocessing from re-running the parent's __main__ in each rank.
+
+    The function travels by value with cloudpickle, so the ranks never need the parent's
+    script; re-running it would re-run an unguarded script's launch() in every rank (the
+    classic missing `if __name__ == "__main__"`), and costs time.
+    """
+    original = mp_spawn.get_preparation_data
+
+    def without_main(name):
+        data = original(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    with _start_lock:
+        mp_spawn.get_preparation_data = without_main
+        try:
+            yield
+        finally:
+            mp_spawn.get_preparation_data = original
+
+
+def _check(job: RankJob) -> None:
+    if not callable(job.fn):
+        raise LaunchError(f"launch needs a function to run in each rank, not {type(job.fn).__name__}")
+    n = job.world_size
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise LaunchError(f"world_size must be a whole number of ranks, 1 or more, not {n!r}")
+    if not job.timeout or job.timeout <= 0:
+        raise LaunchError(f"timeout must be a positive number of seconds, not {job.timeout!r}")
+
+
+def _payload(job: RankJob) -> bytes:
+    try:
+        return cloudpickle.dumps((job.fn, tuple(job.args)))
+    except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
+        raise LaunchError(
+            f"the function or its arguments cannot be sent to the ranks ({type(exc).__name__}: {exc}). "
+            "Something it uses cannot be pickled (a lock, an open file, a generator, a CUDA stream...): "
+            "create that object inside the function instead of passing or capturing it."
+        ) from None
+
+
+def _decode_result(data: bytes, plain: bool):
+    if plain:
+        import io
+
+        import torch
+
+        return torch.load(io.BytesIO(data), weights_only=True)
+    return cloudpickle.loads(data)
+
+
+def _kill(process) -> None:
+    """SIGKILL a rank's whole process group (the rank called setsid), then the rank itself."""
+    if process.pid is None:
+        return
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if process.exitcode is None:
+        try:
+            process.kill()
+        except (ProcessLookupError, AttributeError):
+            pass
+    process.join(timeout=5)
+
+
+class _Launch:
+    """One launch in flight: its processes, their pipes, and what has come back."""
+
+    def __init__(self, job: RankJob):
+        _check(job)
+        self.job, self.n = job, job.world_size
+        self.backend = None
+        if job.init_process_group:
+            self.backend, why = choose_backend(self.n, job.backend)
+            if not job.quiet:
+                print(f"[launch] {self.n} rank{'s' if self.n > 1 else ''} · {why}", flush=True)
+        self.payload = _payload(job)
+        self.processes: list = []
+        self.result_conns: dict = {}  # read end of a rank's result pipe -> rank
+        self.relay = OutputRelay(job.prefix_output)
+        self.results: dict[int, Any] = {}
+        self.exited: set[int] = set()
+        self.failure: RankFailed | None = None
+        self.scratch: str | None = None
+
+    def start(self) -> None:
+        from course_lib.dist import rank as rank_module
+
+        start_fork_server()
+        self.scratch = tempfile.mkdtemp(prefix="course-launch-")
+        if self.job.confinement is not None:
+            self.job.confinement.prepare_folder(self.scratch)  # e.g. the grader's user must reach the store
+        options = rank_module.RankOptions(
+            backend=self.backend,
+            store_path=os.path.join(self.scratch, "store"),
+            # Collectives time out a little after the launch does, so a hang always ends as one LaunchTimeout.
+            pg_timeout=self.job.timeout + 10,
+            threads=max(1, usable_cores() // self.n),
+            plain_results=self.job.plain_results,
+            # The ranks fork from a server started earlier: hand them this process's environment as it is now.
+            env={**os.environ, **(self.job.env or {})},
+            confinement=self.job.confinement,
+        )
+        for rank in range(self.n):
+            result_r, result_w = _context.Pipe(duplex=False)
+            out_r, out_w = _context.Pipe(duplex=False)
+            err_r, err_w = _context.Pipe(duplex=False)
+            process = _context.Process(target=rank_module.rank_main, name=f"rank-{rank}", daemon=False,
+                                       args=(rank, self.n, self.payload, result_w, out_w, err_w, options))
+            with _ranks_do_not_import_main():
+                process.start()
+            for conn in (result_w, out_w, err_w):
+                conn.close()  # the rank holds the only write ends, so EOF means it is gone
+            self.processes.append(process)
+            self.result_conns[result_r] = rank
+            self.relay.watch(out_r, rank, 1)
+            self.relay.watch(err_r, rank, 2)
+
+    def wait(self) -> list[Any]:
+        deadline = time.monotonic() + self.job.timeout
+        sentinels = {p.sentinel: rank for rank, p in enumerate(self.processes)}
+        while self.failure is None and (len(self.results) < self.n or len(self.exited) < self.n):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            alive = [s for s, r in sentinels.items() if r not in self.exited]
+            ready = wait([*self.result_conns, *self.relay.streams, *alive], timeout=remaining)
+            for obj in ready:
+                if obj in self.relay.streams:
+                    self.relay.pump(obj)
+                elif obj in self.result_conns:
+                    self._read_result(obj)
+            for obj in ready:
+                if obj in sentinels and sentinels[obj] not in self.exited:
+                    self._on_exit(sentinels[obj])
+        if self.failure is not None:
+            raise self.failure
+        if len(self.results) < self.n or len(self.exited) < self.n:
+            raise self._timeout()
+        return [self.results[rank] for rank in range(self.n)]
+
+    def _fail(self, rank: int, detail: str) -> None:
+        if self.failure is None:
+            self.failure = RankFailed(rank, self.n, detail)
+
+    def _read_result(self, conn) -> None:
+        rank = self.result_conns.pop(conn)
+        try:
+            message = conn.recv_bytes(MAX_RESULT_BYTES)
+        except (EOFError, OSError) as exc:
+            if isinstance(exc, OSError) and "too long" in str(exc):
+                self._fail(rank, f"its result is larger than {MAX_RESULT_BYTES // 2**20} MiB")
+            return
+        kind, body = message[:1], message[1:]
+        from course_lib.dist.rank import RESULT
+
+        if kind != RESULT:
+            self._fail(rank, body.decode("utf-8", "replace"))
+            return
+        try:
+            self.results[rank] = _decode_result(body, self.job.plain_results)
+        except Exception as exc:  # noqa: BLE001
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            self._fail(rank, f"its return value could not be brought back as plain data ({type(exc).__name__}: "
+                             f"{first}). Return tensors, numbers, strings, lists, tuples or dicts of those.")
+
+    def _on_exit(self, rank: int) -> None:
+        self.exited.add(rank)
+        for conn, r in list(self.result_conns.items()):
+            if r == rank and conn.poll():  # a result sent just before exiting
+                self._read_result(conn)
+        self.processes[rank].join(timeout=1)
+        code = self.processes[rank].exitcode
+        if rank not in self.results:
+            how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
+            self._fail(rank, f"the rank process {how} without returning a result (os._exit(), a crash, or "
+                             "running out of memory). A rank must return; exiting early counts as a failure.")
+        elif code != 0:
+            self._fail(rank, f"it returned, then its process exited with code {code}")
+
+    def _timeout(self) -> LaunchTimeout:
+        done = sorted(self.results)
+        stuck = [r for r in range(self.n) if r not in self.results]
+        if not stuck:
+            stuck = [r for r in range(self.n) if r not in self.exited]
+            detail = f"rank(s) {stuck} returned but did not exit"
+        else:
+            detail = (f"rank(s) {stuck} had not returned" + (f" (rank(s) {done} had)" if done else "")
+                      + ". A collective that not every rank calls, or calls in a different order, waits forever: "
+                      "that is the usual cause.")
+        return LaunchTimeout(f"timed out after {self.job.timeout:g} s and killed all {self.n} ranks: {detail}")
+
+    def close(self) -> None:
+        for process in self.processes:
+            _kill(process)
+        # What the ranks printed before they stopped still belongs in the cell.
+        drain_deadline = time.monotonic() + 1.0
+        while self.relay.streams and time.monotonic() < drain_deadline:
+            for obj in wait(list(self.relay.streams), timeout=max(0.0, drain_deadline - time.monotonic())):
+                self.relay.pump(obj)
+        self.relay.flush()
+        self.relay.close()
+        for conn in self.result_conns:
+            conn.close()
+        for process in self.processes:
+            try:
+                process.close()
+            except ValueError:
+                pass
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)

@@ -1,0 +1,170 @@
+"""What runs inside one rank started by `launch` (notebook 04 explains launching).
+
+This module is preloaded in the fork server together with torch, so a rank starts in
+milliseconds instead of re-importing torch for a few seconds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+import torch.optim  # noqa: F401 - preloaded in the fork server: the first optimizer step in a rank is then fast
+
+# Messages on the result pipe start with one of these bytes.
+RESULT, ERROR = b"R", b"E"
+
+
+@dataclass
+class RankOptions:
+    """How every rank of one launch is set up; made by the launcher, read by `rank_main`."""
+
+    backend: str | None  # None: no process group
+    store_path: str  # the FileStore the ranks meet at
+    pg_timeout: float  # seconds before a collective gives up
+    threads: int  # torch threads per rank, so ranks do not oversubscribe the cores
+    plain_results: bool  # results come back as torch.save data (weights_only) rather than pickles
+    env: dict[str, str]  # the launching process's environment at launch time
+    confinement: Any = None  # an object whose apply() confines the rank (the grader's policy), or None
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent (the fork server) dies, so a killed kernel leaves none."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the parent's finally still kills the ranks
+        pass
+
+
+def _release_fork_server() -> None:
+    """Close this rank's copy of the fork server's "a client is alive" pipe.
+
+    The fork server exits when every holder of that pipe has gone; ranks inherit a
+    copy, so without this a killed kernel would leave the fork server, and with it
+    the ranks (whose death signal is tied to the fork server), running forever.
+    """
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        try:
+            os.close(server._forkserver_alive_fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
+def _redirect_output(out_fd: int, err_fd: int) -> None:
+    # Redirecting the file descriptors, not just sys.stdout, also catches what C++ (gloo, NCCL) prints.
+    os.dup2(out_fd, 1)
+    os.dup2(err_fd, 2)
+    sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+    sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False)
+
+
+def to_cpu(value):
+    """Tensors returned from a CUDA rank come back on the CPU; containers are walked."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and type(value) in (list, tuple):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def encode_result(value, plain: bool) -> bytes:
+    value = to_cpu(value)
+    if plain:  # loaded with torch.load(weights_only=True): tensors, numbers, strings and containers only
+        buffer = io.BytesIO()
+        torch.save(value, buffer)
+        return buffer.getvalue()
+    return cloudpickle.dumps(value)
+
+
+def _init_process_group(rank: int, world_size: int, options: RankOptions) -> None:
+    store = dist.FileStore(options.store_path, world_size)
+    kwargs = {}
+    if options.backend == "nccl":
+        device = torch.device("cuda", rank)
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its own GPU
+        kwargs["device_id"] = device
+    dist.init_process_group(options.backend, store=store, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=options.pg_timeout), **kwargs)
+    # init_process_group returns on a rank once *its* connections are up, not everyone's: without
+    # this barrier a fast rank could finish fn, exit and close its sockets while a slower one is
+    # still connecting, which fails the slow rank in gloo's connectFullMesh (seen on a loaded
+    # 2-core machine: 6 of 300 four-rank launches of a function without collectives).
+    dist.barrier()
+
+
+def _run(rank: int, world_size: int, payload: bytes, options: RankOptions) -> tuple[bytes, bool]:
+    """Run the user's function; return the message for the parent and whether a group was made."""
+    initialised = False
+    try:
+        if options.confinement is not None:
+            options.confinement.apply()
+        fn, args = cloudpickle.loads(payload)
+        if options.backend is not None:
+            _init_process_group(rank, world_size, options)
+            initialised = True
+        value = fn(rank, world_size, *args)
+        try:
+            return RESULT + encode_result(value, options.plain_results), initialised
+        except Exception as exc:  # noqa: BLE001
+            return ERROR + (
+                f"its return value (a {type(value).__name__}) could not be sent back: {type(exc).__name__}: {exc}. "
+                "Return tensors, numbers, strings, or lists, tuples and dicts of those.\n"
+            ).encode(), initialised
+    except SystemExit as exc:
+        return ERROR + (
+            f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "
+            "exiting early counts as a failure.\n"
+        ).encode(), initialised
+    except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt included, goes back to the parent
+        # Leave out this module's own frame: the traceback starts in the learner's code.
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next or exc.__traceback__)
+        return ERROR + "".join(lines).encode("utf-8", "replace"), initialised
+
+
+def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn, err_conn,
+              options: RankOptions) -> None:
+    """Entry point of one rank: set up, run the user's function, send back its result or its traceback."""
+    die_with_parent()
+    _release_fork_server()
+    os.setsid()  # its own process group: the parent kills the rank and anything it started in one call
+    _redirect_output(out_conn.fileno(), err_conn.fileno())
+    out_conn.close()
+    err_conn.close()
+    os.environ.clear()
+    os.environ.update(options.env)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size))
+    # torch reads TORCH_DISTRIBUTED_DEBUG when it is imported, which the fork server did long ago.
+    dist.set_debug_level_from_env()
+    torch.set_num_threads(options.threads)
+    message, initialised = _run(rank, world_size, payload, options)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    # Report before tearing down: if the others are stuck in a collective, the parent hears of it now.
+    result_conn.send_bytes(message)
+    if initialised:
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001
+            pass
