@@ -1,7 +1,8 @@
 """`check("ex01")`: grade your exercise from a notebook, with a table of tests and points (notebook 00).
 
-The tests run in a separate pytest process against exercises/ (or `target=`), so a
-mistake in your code cannot hang or crash the notebook's kernel.
+The tests run in a separate pytest process against exercises/ (or `target=`), so a mistake in
+your code cannot hang or crash the notebook's kernel. `load_exercise("ex01")` imports your file
+as it is now, to try a function before checking it.
 
     python -m course_lib.check ex01 [--target solutions]   the same in a terminal
 """
@@ -9,16 +10,32 @@ mistake in your code cannot hang or crash the notebook's kernel.
 from __future__ import annotations
 
 import html
-import json
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from course_lib import paths
+from course_lib.grading.results import TestOutcome, read_report
+from course_lib.tables import format_table
 
-__all__ = ["check", "run_check", "CheckResult"]
+__all__ = ["check", "run_check", "load_exercise", "CheckResult"]
+
+
+def load_exercise(exercise: str):
+    """Your `exercises/exNN_*.py` as it is now on disk, freshly imported (notebook 00).
+
+    Call it again after each edit. The module is also sent by value to ranks started with
+    `launch`, so they run your latest code too.
+    """
+    import cloudpickle
+
+    from course_lib.grading.runner import exercise_path, load_exercise_file
+
+    module = load_exercise_file(exercise_path(exercise, paths.EXERCISES))
+    cloudpickle.register_pickle_by_value(module)
+    return module
 
 
 @dataclass
@@ -26,54 +43,47 @@ class CheckResult:
     """The outcome of `check`: one row per test, and the points (notebook 00)."""
 
     exercise: str
-    tests: list[dict] = field(default_factory=list)
+    tests: list[TestOutcome] = field(default_factory=list)
     output: str = ""
 
     @property
     def earned(self) -> float:
-        return sum(t["points"] or 0 for t in self.tests if t["outcome"] == "passed")
+        return sum(t.earned for t in self.tests)
 
     @property
     def possible(self) -> float:
-        return sum(t["points"] or 0 for t in self.tests if not t.get("not_graded"))
+        return sum(t.possible for t in self.tests)
 
     @property
     def all_passed(self) -> bool:
-        return bool(self.tests) and all(t["outcome"] == "passed" or t.get("not_graded") for t in self.tests)
+        return bool(self.tests) and all(t.outcome == "passed" or not t.graded for t in self.tests)
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         rows = []
         for t in self.tests:
-            name = t["nodeid"].split("::", 1)[-1]
-            if t.get("not_graded"):
-                mark, pts = "not graded", "–"
+            name = t.nodeid.split("::", 1)[-1]
+            if not t.graded:
+                mark, points = "not graded", "–"
             else:
-                mark = {"passed": "passed", "failed": "FAILED", "skipped": "skipped"}[t["outcome"]]
-                got = (t["points"] or 0) if t["outcome"] == "passed" else 0
-                pts = f"{got:g} / {t['points']:g}" if t["points"] is not None else ""
-            message = (t["message"] or "").splitlines()[0] if t["message"] else ""
-            rows.append((name, mark, pts, message))
+                mark = {"passed": "passed", "failed": "FAILED"}.get(t.outcome, t.outcome)
+                points = f"{t.earned:g} / {t.possible:g}"
+            message = (t.not_graded or t.message or "").splitlines()
+            rows.append((name, mark, points, message[0] if message else ""))
         return rows
 
     def summary(self) -> str:
         return f"{self.exercise}: {self.earned:g} / {self.possible:g} points"
 
     def __str__(self) -> str:
-        from course_lib.timing import print_table
-        import contextlib
-        import io
-
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            print_table(["test", "result", "points", "message"],
-                        [(n, m, p, (msg[:100] + "…") if len(msg) > 100 else msg) for n, m, p, msg in self.rows()])
-        return f"{buffer.getvalue()}{self.summary()}"
+        rows = [(n, m, p, (msg[:100] + "…") if len(msg) > 100 else msg) for n, m, p, msg in self.rows()]
+        return f"{format_table(['test', 'result', 'points', 'message'], rows)}\n{self.summary()}"
 
     def _repr_html_(self) -> str:
-        colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "skipped": "#9a6700", "not graded": "#6e7781"}
+        colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "not graded": "#6e7781"}
         body = "".join(
             f"<tr><td style='text-align:left'><code>{html.escape(n)}</code></td>"
-            f"<td style='color:{colour[m]};font-weight:bold'>{'✔ ' if m == 'passed' else '✘ ' if m == 'FAILED' else ''}{m}</td>"
+            f"<td style='color:{colour.get(m, '#9a6700')};font-weight:bold'>"
+            f"{'✔ ' if m == 'passed' else '✘ ' if m == 'FAILED' else ''}{m}</td>"
             f"<td>{html.escape(p)}</td><td style='text-align:left'>{html.escape(msg)}</td></tr>"
             for n, m, p, msg in self.rows()
         )
@@ -91,22 +101,23 @@ def check(exercise: str, target: str = "exercises", timeout: float = 600.0) -> N
 
 def run_check(exercise: str, target: str = "exercises", timeout: float = 600.0) -> CheckResult:
     """Run the graded tests of `exercise` against `target` and return the result without showing it (notebook 00)."""
-    tests = sorted((ROOT / "tests").glob(f"test_{exercise}_*.py"))
+    tests = sorted(paths.TESTS.glob(f"test_{exercise}_*.py"))
     if not tests:
-        known = sorted(p.name.split("_")[1] for p in (ROOT / "tests").glob("test_ex*_*.py"))
+        known = sorted(p.name.split("_")[1] for p in paths.TESTS.glob("test_ex*_*.py"))
         raise ValueError(f"no tests for {exercise!r}; exercises with tests: {', '.join(known) or 'none'}")
     with tempfile.TemporaryDirectory() as scratch:
-        report = Path(scratch) / "report.json"
+        report_path = Path(scratch) / "report.jsonl"
         command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", target, "-q",
-                   "--course-report", str(report), "-p", "no:cacheprovider"]
+                   "--course-report", str(report_path), "-p", "no:cacheprovider"]
         try:
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(command, cwd=paths.ROOT, capture_output=True, text=True, timeout=timeout)
             output = done.stdout + done.stderr
         except subprocess.TimeoutExpired as expired:
             output = f"the tests did not finish within {timeout:g} s and were stopped\n{expired.stdout or ''}"
-        if not report.exists():
+        report = read_report(report_path)
+        if report is None or (not report.tests and report.exitstatus is None):
             raise RuntimeError(f"pytest did not report any result for {exercise}; its output:\n{output[-3000:]}")
-        return CheckResult(exercise, json.loads(report.read_text())["tests"], output)
+        return CheckResult(exercise, list(report.tests.values()), output)
 
 
 def _show(result: CheckResult) -> None:

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 
 from course_lib.data import small_mlp
-from course_lib.runner import run
+from course_lib.grading import exception_raised_by, run
+from course_lib.memory import saved_activation_bytes
 
 # ---------------------------------------------------------------- to_device
 
@@ -75,13 +76,7 @@ def test_to_device_moves_every_tensor_and_keeps_the_structure():
 
 
 def _bad_device(module):
-    try:
-        module.to_device({"x": torch.ones(1)}, 3.5)
-        return "returned"
-    except NotImplementedError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        return [type(exc).__name__, str(exc)]
+    return exception_raised_by(module.to_device, {"x": torch.ones(1)}, 3.5)
 
 
 @pytest.mark.points(1)
@@ -176,16 +171,8 @@ def test_training_state_bytes_matches_the_tensors():
 
 def _bad_state_args(module):
     model = small_mlp(4, 4, 2, 1)
-    outcomes = []
-    for args in [(model, "adam"), ("model", torch.optim.SGD(model.parameters(), lr=0.1))]:
-        try:
-            module.training_state_bytes(*args)
-            outcomes.append("returned")
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            outcomes.append(type(exc).__name__)
-    return outcomes
+    cases = [(model, "adam"), ("model", torch.optim.SGD(model.parameters(), lr=0.1))]
+    return [exception_raised_by(module.training_state_bytes, *args)[0] for args in cases]
 
 
 @pytest.mark.points(1)
@@ -200,18 +187,7 @@ def _measured_activation_bytes(batch_size, features, hidden, classes, depth, dty
     """What autograd really saves: every saved tensor's storage once, parameters left out."""
     torch.manual_seed(0)
     model = small_mlp(features, hidden, classes, depth).to(dtype)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    saved = {}
-
-    def pack(t):
-        storage = t.untyped_storage()
-        if storage.data_ptr() not in params:
-            saved[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model(torch.randn(batch_size, features, dtype=dtype))
-    return sum(saved.values())
+    return saved_activation_bytes(model, torch.randn(batch_size, features, dtype=dtype))
 
 
 SIZES = [(8, 32, 64, 10, 2, torch.float32), (16, 5, 7, 3, 1, torch.float32), (4, 32, 64, 10, 3, torch.bfloat16),
@@ -232,16 +208,8 @@ def test_mlp_activation_bytes_matches_what_autograd_saves():
 
 
 def _bad_sizes(module):
-    outcomes = []
-    for args in [(0, 4, 4, 2, 1), (4, 4, 4, 2, 0), (4, -1, 4, 2, 1)]:
-        try:
-            module.mlp_activation_bytes(*args)
-            outcomes.append("returned")
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            outcomes.append(type(exc).__name__)
-    return outcomes
+    cases = [(0, 4, 4, 2, 1), (4, 4, 4, 2, 0), (4, -1, 4, 2, 1)]
+    return [exception_raised_by(module.mlp_activation_bytes, *args)[0] for args in cases]
 
 
 @pytest.mark.points(1)
@@ -282,16 +250,7 @@ BAD_ENVS = [
 
 
 def _bad_envs(module, cases):
-    outcomes = []
-    for env, gpus, _ in cases:
-        try:
-            module.device_for_rank(env, gpus)
-            outcomes.append(["returned", ""])
-        except NotImplementedError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            outcomes.append([type(exc).__name__, str(exc)])
-    return outcomes
+    return [exception_raised_by(module.device_for_rank, env, gpus) for env, gpus, _ in cases]
 
 
 @pytest.mark.points(1)

@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from course_lib.paths import EXERCISES, SOLUTIONS
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?::\s*(?P<hint>.*?))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 HEADER = (
@@ -63,7 +63,7 @@ def make_stub(source: str, name: str) -> str:
     return HEADER.format(name=name.split("_")[0]) + text
 
 
-def expected_stubs(solutions: Path = ROOT / "solutions") -> dict[str, str]:
+def expected_stubs(solutions: Path = SOLUTIONS) -> dict[str, str]:
     """File name -> stub text, for every solutions/ex*.py (notebook 00)."""
     return {p.name: make_stub(p.read_text(), p.stem) for p in sorted(solutions.glob("ex*.py"))}
 
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.exercises", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only report files that are out of date")
-    parser.add_argument("--solutions", type=Path, default=ROOT / "solutions")
-    parser.add_argument("--exercises", type=Path, default=ROOT / "exercises")
+    parser.add_argument("--solutions", type=Path, default=SOLUTIONS)
+    parser.add_argument("--exercises", type=Path, default=EXERCISES)
     options = parser.parse_args(argv)
     try:
         stubs = expected_stubs(options.solutions)

@@ -19,9 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from course_lib.exercises import BEGIN, END, expected_stubs
+from course_lib.instructor.exercises import BEGIN, END, expected_stubs
 
-ROOT = Path(__file__).resolve().parent.parent
+from course_lib.paths import ROOT
 
 __all__ = ["make_release", "solution_blocks", "find_leaks"]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from course_lib.devices import cuda_gpu_count
 from course_lib.dist import LaunchError, LaunchTimeout, RankFailed, launch, start_fork_server, torchrun
 
 
@@ -206,7 +207,7 @@ def test_each_ranks_output_is_shown_with_its_rank(capfd):
 def test_the_backend_is_announced(capsys):
     launch(_sum_of_ranks, 2)
     out = capsys.readouterr().out
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = cuda_gpu_count()
     assert "[launch] 2 ranks" in out
     assert ("NCCL" in out) if gpus >= 2 else ("gloo on the CPU" in out)
 
@@ -261,7 +262,7 @@ def test_bad_input_gets_a_clear_error_before_any_rank_starts(call, message):
         call()
 
 
-@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine has the GPUs NCCL needs")
+@pytest.mark.skipif(cuda_gpu_count() >= 2, reason="this machine has the GPUs NCCL needs")
 def test_nccl_without_enough_gpus_says_what_to_do():
     with pytest.raises(LaunchError, match="backend='gloo'"):
         launch(_sum_of_ranks, 2, backend="nccl")

@@ -14,16 +14,16 @@ import textwrap
 import zipfile
 from pathlib import Path
 
-from course_lib.exercises import make_stub
+from course_lib.instructor.exercises import make_stub
 
-ROOT = Path(__file__).resolve().parents[2]
+from course_lib.paths import ROOT
 SOLUTION_FILE = ROOT / "solutions" / "ex00_warmup.py"
 
 HIDDEN_TEST = '''\
 """A hidden test: the instructor's, never shown to students."""
 import pytest
 
-from course_lib.runner import run
+from course_lib.grading import run
 
 
 def _edges(module):
@@ -118,8 +118,8 @@ def sources(paths: dict[str, Path]) -> dict[str, str]:
                     reports.TestReport.outcome = "passed"
                 except Exception:
                     pass
-                import course_lib.runner
-                course_lib.runner.ExerciseFailed = type("Nothing", (Exception,), {})
+                import course_lib.grading.runner
+                course_lib.grading.runner.ExerciseFailed = type("Nothing", (Exception,), {})
                 torch.testing.assert_close = lambda *args, **kwargs: None
                 torch.equal = lambda *args, **kwargs: True
                 forged = {"tests": [{"nodeid": "tests/test_ex00_warmup.py::x", "outcome": "passed", "points": 100}]}

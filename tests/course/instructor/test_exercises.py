@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from course_lib.exercises import StubError, expected_stubs, main, make_stub
+from course_lib.instructor.exercises import StubError, expected_stubs, main, make_stub
 
-ROOT = Path(__file__).resolve().parents[2]
+from course_lib.paths import ROOT
 
 
 @pytest.fixture

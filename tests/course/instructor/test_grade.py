@@ -19,13 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import grade
-from course_lib.exercises import expected_stubs
-from course_lib.release import make_release
+from course_lib.grading.results import Report, TestOutcome
+from course_lib.instructor.grade.judge import classify, merge
+from course_lib.instructor.grade.report import Result
+from course_lib.instructor.grade.sandbox import free_uids, processes_of
+from course_lib.instructor.grade.submissions import collect_exercise_files
+from course_lib.paths import ROOT
 
 from class_builder import EXPECTED, build_class, copy_solution_folder, stuck_source
-
-ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 TEST_TIMEOUT = 15  # seconds per test in the class: the hangs cost this much each
 CLASS_LIMIT = 300  # the whole class must be graded within this (it takes about 2 minutes on 2 busy cores)
@@ -139,8 +140,8 @@ def test_cheats_cannot_reach_solutions_hidden_tests_or_other_files(graded_class)
 @needs_solutions
 @needs_root_linux
 def test_nothing_a_student_started_outlives_the_grading(graded_class):
-    for uid in grade._free_uids(2):
-        assert grade._processes_of(uid) == [], f"processes of user {uid} are still running"
+    for uid in free_uids(2):
+        assert processes_of(uid) == [], f"processes of user {uid} are still running"
 
 
 @needs_solutions
@@ -166,32 +167,32 @@ def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
     stuck = json.loads((tmp_path / "out" / "stuck" / "results.json").read_text())
     assert all(t["status"] == "failed" and "time limit" in t["output"] for t in stuck["tests"])
     assert seconds < 120
-    for uid in grade._free_uids(2):
-        assert grade._processes_of(uid) == [], f"processes of user {uid} are still running"
+    for uid in free_uids(2):
+        assert processes_of(uid) == [], f"processes of user {uid} are still running"
 
 
 def test_status_says_timeout_crash_or_grader_error_never_a_silent_zero():
-    assert grade.classify(1, False, {"tests": []}, 60)[0] == "ok"
-    assert grade.classify(None, True, None, 60)[0] == "timeout"
-    status, why = grade.classify(-9, False, None, 60)
+    assert classify(1, False, Report(exitstatus=1), 60)[0] == "ok"
+    assert classify(1, False, Report(), 60)[0] == "grader error"  # the judge never finished its report
+    assert classify(None, True, None, 60)[0] == "timeout"
+    status, why = classify(-9, False, None, 60)
     assert status == "crashed" and "SIGKILL" in why
-    assert grade.classify(0, False, None, 60) == ("grader error", "pytest finished but its report is missing or unreadable")
-    assert grade.classify(4, False, None, 60)[0] == "grader error"
+    assert classify(0, False, None, 60) == ("grader error", "pytest finished but its report is missing or unreadable")
+    assert classify(4, False, None, 60)[0] == "grader error"
 
 
 def test_tests_not_finished_count_as_failed_and_gpu_tests_as_not_graded():
     expected = [
-        {"nodeid": "tests/test_ex01_x.py::a", "points": 2, "exercise": "ex01", "hidden": False, "not_graded": None},
-        {"nodeid": "tests/test_ex01_x.py::b", "points": 3, "exercise": "ex01", "hidden": False,
-         "not_graded": "needs 2 CUDA GPUs; this machine has 0"},
-        {"nodeid": "tests/hidden/test_ex01_y.py::c", "points": 1, "exercise": "ex01", "hidden": True, "not_graded": None},
+        TestOutcome("tests/test_ex01_x.py::a", 2),
+        TestOutcome("tests/test_ex01_x.py::b", 3, not_graded="needs 2 CUDA GPUs; this machine has 0"),
+        TestOutcome("tests/hidden/test_ex01_y.py::c", 1),
     ]
-    finished = {"tests/test_ex01_x.py::a": {"outcome": "passed", "message": ""}}
-    rows = grade._merge(expected, finished, "timeout")
-    assert [(r["outcome"], r["score"], r["max_score"]) for r in rows] == [
+    finished = {"tests/test_ex01_x.py::a": TestOutcome("tests/test_ex01_x.py::a", 2, "passed")}
+    rows = merge(expected, finished, "timeout")
+    assert [(r.status, r.earned, r.possible) for r in rows] == [
         ("passed", 2, 2), ("not graded", 0, 0), ("failed", 0, 1)]
-    assert "time limit" in rows[2]["message"]
-    result = grade.Result("ann", "timeout", "", rows, 1.0)
+    assert "time limit" in rows[2].message
+    result = Result("ann", "timeout", "", rows, 1.0)
     assert (result.earned(), result.possible(), result.earned("ex01", hidden=True)) == (2, 3, 0)
 
 
@@ -203,7 +204,7 @@ def test_only_exercise_files_are_taken_from_a_submission(tmp_path):
     (folder / "ex01_devices.py").symlink_to("/etc/passwd")
     (tmp_path / "student" / "my-course" / "solutions").mkdir()
     (tmp_path / "student" / "my-course" / "solutions" / "ex04_collectives.py").write_text("y = 2\n")
-    files, where = grade.collect_exercise_files(tmp_path / "student")
+    files, where = collect_exercise_files(tmp_path / "student")
     assert files == {"ex00_warmup.py": b"x = 1\n"} and where == "my-course/exercises"
     archive = tmp_path / "student.zip"
     with zipfile.ZipFile(archive, "w") as z:
@@ -211,36 +212,5 @@ def test_only_exercise_files_are_taken_from_a_submission(tmp_path):
         z.writestr("ex/solutions/ex00_warmup.py", "b = 2\n")
         z.writestr("../../evil/ex01_devices.py", "c = 3\n")
         z.writestr("ex/exercises/conftest.py", "d = 4\n")
-    files, where = grade.collect_exercise_files(archive)
+    files, where = collect_exercise_files(archive)
     assert files == {"ex00_warmup.py": b"a = 1\n"} and where == "ex/exercises"
-
-
-@needs_solutions
-def test_release_has_stubs_and_no_solutions(tmp_path):
-    written = make_release(tmp_path / "release")
-    release = tmp_path / "release"
-    assert not (release / "solutions").exists() and not (release / "benchmarks").exists()
-    stubs = expected_stubs(ROOT / "solutions")
-    assert {p.name: p.read_text() for p in (release / "exercises").glob("ex*.py")} == stubs
-    assert (release / "course.py").exists() and (release / "tests" / "conftest.py").exists()
-    assert Path("course_lib/grade.py") in written
-    assert not any("BEGIN SOLUTION" in p.read_text() for p in (release / "exercises").rglob("*"))
-
-
-def test_release_refuses_a_notebook_that_quotes_a_solution(tmp_path):
-    course = tmp_path / "course"
-    (course / "solutions").mkdir(parents=True)
-    (course / "solutions" / "ex09_demo.py").write_text(
-        "def area(width, height):\n    \"\"\"Area.\"\"\"\n    # BEGIN SOLUTION: multiply\n"
-        "    result = width * height  # the width times the height\n    return float(result)\n    # END SOLUTION\n")
-    (course / "notebooks").mkdir()
-    notebook = {"cells": [{"cell_type": "code", "source": ["def area(width, height):\n",
-                                                           "    result = width * height\n",
-                                                           "    return float(result)\n"]}]}
-    (course / "notebooks" / "09.ipynb").write_text(json.dumps(notebook))
-    with pytest.raises(SystemExit, match="release not made"):
-        make_release(tmp_path / "out", root=course)
-    assert not (tmp_path / "out").exists()
-    (course / "notebooks" / "09.ipynb").write_text(json.dumps({"cells": []}))
-    make_release(tmp_path / "out", root=course)
-    assert "NotImplementedError('multiply')" in (tmp_path / "out" / "exercises" / "ex09_demo.py").read_text()

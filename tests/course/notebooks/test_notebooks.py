@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import nbformat
 import pytest
 
+from course_lib import paths
 from notebook_runner import execute, problems
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
 def test_there_are_lessons():

@@ -6,7 +6,7 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from course_lib.paths import ROOT
 
 
 def _normalise(requirement: str) -> tuple[str, str]:

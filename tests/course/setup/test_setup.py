@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from course_lib.paths import ROOT
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,13 @@
+"""What graded tests use, and how their results are counted (the course's grading machinery).
+
+    from course_lib.grading import run, call, ExerciseFailed, exception_raised_by
+
+runner.py        how a test calls learner code: in a child process or in gloo ranks, plain data back
+results.py       TestOutcome (one test's outcome and points), the report file and its one rule for points
+plugin.py        the pytest plugin: --target, --course-report, --confine, the points and gpu markers
+confinement.py   the grader's limits on processes that run a student's code
+"""
+
+from course_lib.grading.runner import ExerciseFailed, call, exception_raised_by, exercise_path, run
+
+__all__ = ["run", "call", "ExerciseFailed", "exception_raised_by", "exercise_path"]

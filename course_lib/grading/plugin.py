@@ -1,0 +1,143 @@
+"""The course's pytest plugin: which folder is graded, points, GPU needs, and the report (notebook 00).
+
+    pytest --target exercises     grade the learner's files (the default)
+    pytest --target solutions     grade the reference solutions (CI)
+    pytest --target PATH          grade any folder of exNN_*.py files (the instructor's grader)
+    pytest --course-report F      write each test's outcome and points to F as they finish (JSON lines)
+    pytest --confine F            (the grader) confine the processes that run learner code, as F says
+
+pyproject.toml loads it with `-p course_lib.grading.plugin`; the grader's judge loads it the same way.
+Graded tests never import the graded files: they reach them through course_lib.grading.runner.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from course_lib import paths
+from course_lib.grading.results import TestOutcome, append_record
+
+MARKERS = [
+    "points(n): a graded test worth n points",
+    "gpu(n): needs n CUDA GPUs; skipped with the reason, and not graded, where they are missing",
+]
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("course")
+    group.addoption("--target", default="exercises",
+                    help="what to grade: 'exercises' (default), 'solutions', or a folder of exNN_*.py files")
+    group.addoption("--course-report", default=None, help="write outcomes and points to this file (JSON lines)")
+    group.addoption("--confine", default=None, help="(the grader) JSON file of the confinement for learner code")
+
+
+def _target_folder(config) -> Path:
+    target = config.getoption("--target")
+    folder = paths.ROOT / target if target in {"exercises", "solutions"} else Path(target).resolve()
+    if not folder.is_dir():
+        raise pytest.UsageError(f"--target {target}: no such folder ({folder})")
+    return folder
+
+
+def pytest_configure(config):
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    folder = _target_folder(config)
+    os.environ["COURSE_TARGET"] = str(folder)  # check() and the notebooks' own children find it here too
+    config.course_target = folder
+    config.course_results = {}
+    config.course_report = config.getoption("--course-report")
+    if config.course_report:
+        Path(config.course_report).write_text("")
+    confine = config.getoption("--confine")
+    if confine:
+        from course_lib.grading import runner
+        from course_lib.grading.confinement import Confinement
+
+        runner.confine_learner_code(Confinement.from_file(confine))
+
+
+@pytest.fixture
+def target(request) -> Path:
+    """The folder being graded."""
+    return request.config.course_target
+
+
+def pytest_collection_modifyitems(config, items):
+    from course_lib.devices import cuda_gpu_count
+
+    gpus = None
+    for item in items:
+        points = item.get_closest_marker("points")
+        item.user_properties.append(("points", points.args[0] if points else None))
+        needs = item.get_closest_marker("gpu")
+        if needs:
+            gpus = cuda_gpu_count() if gpus is None else gpus
+            wanted = needs.args[0] if needs.args else 1
+            if gpus < wanted:
+                reason = f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''}; this machine has {gpus}"
+                item.add_marker(pytest.mark.skip(reason=reason))
+                item.user_properties.append(("not_graded", reason))
+
+
+def pytest_collection_finish(session):
+    path = session.config.course_report
+    if path:
+        collected = []
+        for item in session.items:
+            properties = dict(item.user_properties)
+            collected.append(TestOutcome(item.nodeid, properties.get("points"), "collected",
+                                         not_graded=properties.get("not_graded")).to_dict())
+        append_record(path, {"collected": collected})
+
+
+def _short(report) -> str:
+    if report.passed:
+        return ""
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return report.longrepr[2].removeprefix("Skipped: ")
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    for prefix in ("course_lib.grading.runner.ExerciseFailed: ", "AssertionError: "):
+        text = text.removeprefix(prefix)
+    return text.strip()
+
+
+def pytest_runtest_logreport(report):
+    results = _config.course_results if _config is not None else None
+    if results is None:
+        return
+    entry = results.get(report.nodeid)
+    if entry is None:  # the setup phase: passed, skipped or failed
+        properties = dict(report.user_properties)
+        results[report.nodeid] = TestOutcome(report.nodeid, properties.get("points"), report.outcome,
+                                             _short(report), properties.get("not_graded"), report.duration)
+    elif report.when == "call" or (report.failed and entry.outcome != "failed"):
+        entry.outcome, entry.message = report.outcome, _short(report)
+        entry.duration += report.duration
+    else:
+        entry.duration += report.duration
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    entry = _config.course_results.get(nodeid) if _config is not None else None
+    if entry is not None and _config.course_report:
+        entry.duration = round(entry.duration, 3)
+        append_record(_config.course_report, {"test": entry.to_dict()})
+
+
+_config = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session):
+    global _config
+    _config = session.config
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if session.config.course_report:
+        append_record(session.config.course_report, {"exitstatus": int(exitstatus)})

@@ -1,0 +1,130 @@
+"""How graded tests reach a learner's code: always in a child process, never in the test's own (notebook 00).
+
+A test asks for a learner's function to be run, in one child process or in several ranks,
+with a time limit; what comes back is plain data (tensors, numbers, strings, lists, dicts)
+that the test compares with a reference it computed itself. A learner's infinite loop, crash
+or `sys.exit` fails that one test with a clear message; it cannot touch the test process or
+its verdict.
+
+The folder graded is `$COURSE_TARGET` (the pytest plugin sets it from `--target`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import cloudpickle
+
+from course_lib import paths
+from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
+
+__all__ = ["run", "call", "ExerciseFailed", "exercise_path", "load_exercise_file", "exception_raised_by",
+           "confine_learner_code"]
+
+_confinement = None  # the grader's Confinement, set once by the pytest plugin (--confine); None for learners
+
+
+class ExerciseFailed(AssertionError):
+    """The learner's code raised, hung, exited or returned something unusable (notebook 00)."""
+
+
+def confine_learner_code(confinement) -> None:
+    """Every later run() confines its child processes this way (the grader's judge calls it once)."""
+    global _confinement
+    _confinement = confinement
+
+
+def exercise_path(exercise: str, folder: str | os.PathLike | None = None) -> Path:
+    """The file that holds `exercise` (e.g. 'ex01') in `folder`, by default the folder being graded (notebook 00)."""
+    folder = Path(folder or os.environ.get("COURSE_TARGET") or paths.EXERCISES)
+    matches = sorted(folder.glob(f"{exercise}_*.py")) or sorted(folder.glob(f"{exercise}.py"))
+    if not matches:
+        raise ExerciseFailed(f"no file for {exercise} in {folder} (expected {exercise}_<topic>.py)")
+    return matches[0]
+
+
+def load_exercise_file(path: str | os.PathLike):
+    """Import the exercise file at `path` afresh (its latest text), under its own name (notebook 00)."""
+    path = str(path)
+    folder = os.path.dirname(path)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # so the learner's file may import its neighbours
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def exception_raised_by(function: Callable[..., Any], *args: Any, **kwargs: Any) -> list[str]:
+    """[the exception's class name, its message] that `function(*args)` raised, or ["returned", ""] (notebook 00).
+
+    For tests of "bad input gets a clear error"; it runs in the child, next to the learner's code.
+    NotImplementedError is raised again, so an untouched stub reads as "not implemented yet".
+    """
+    try:
+        function(*args, **kwargs)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any exception is an answer to record
+        return [type(exc).__name__, str(exc)]
+    return ["returned", ""]
+
+
+def _in_child(rank: int, world_size: int, path: str, driver: Callable, args: tuple, ranks: bool) -> Any:
+    module = load_exercise_file(path)
+    if ranks:
+        return driver(rank, world_size, module, *args)
+    return driver(module, *args)
+
+
+def _call_function(module, function: str, *args):
+    return getattr(module, function)(*args)
+
+
+def _explain(exercise: str, error: Exception) -> ExerciseFailed:
+    if isinstance(error, LaunchTimeout):
+        return ExerciseFailed(f"{exercise}: did not finish in time and was stopped ({error})")
+    detail = error.detail if isinstance(error, RankFailed) else str(error)
+    lines = [line for line in detail.strip().splitlines() if line.strip()]
+    last = lines[-1] if lines else "failed"
+    if last.startswith("NotImplementedError"):
+        hint = last.partition(":")[2].strip()
+        return ExerciseFailed(f"{exercise}: not implemented yet" + (f" (hint: {hint})" if hint else ""))
+    ranks = isinstance(error, RankFailed) and error.world_size > 1
+    where = f" in rank {error.rank} of {error.world_size}" if ranks else ""
+    return ExerciseFailed(f"{exercise}{where}: {last}\n\n{detail.rstrip()}")
+
+
+def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int | None = None,
+        timeout: float = 60.0, target: str | os.PathLike | None = None) -> Any:
+    """Run `driver(module, *args)` in a child process, where `module` is the learner's exercise file (notebook 00).
+
+    With `world_size`, run `driver(rank, world_size, module, *args)` in that many gloo ranks
+    with a process group, and return the list of their results. `driver` is test code:
+    it calls the learner's functions and returns plain data for the test to check.
+    """
+    path = str(exercise_path(exercise, target))
+    # Test modules are not importable in the child: send the driver's code along by value.
+    module = sys.modules.get(getattr(driver, "__module__", ""), None)
+    if module is not None and not module.__name__.startswith(("course_lib", "torch", "builtins")):
+        cloudpickle.register_pickle_by_value(module)
+    ranks = world_size is not None
+    job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks), backend="gloo",
+                  init_process_group=ranks, timeout=timeout, quiet=True, prefix_output=ranks, plain_results=True,
+                  env={"COURSE_TARGET": os.path.dirname(path)}, confinement=_confinement)
+    try:
+        results = run_ranks(job)
+    except (RankFailed, LaunchTimeout) as error:
+        raise _explain(exercise, error) from None
+    return results if ranks else results[0]
+
+
+def call(exercise: str, function: str, *args: Any, timeout: float = 60.0) -> Any:
+    """Call the learner's `function(*args)` from `exercise` in a child process; return plain data (notebook 00)."""
+    return run(exercise, _call_function, function, *args, timeout=timeout)

@@ -1,0 +1,70 @@
+"""The grader's command line: `python -m course_lib.grade SUBMISSIONS --out OUT` (see the package's docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from course_lib.instructor.grade.classroom import grade_class
+from course_lib.instructor.grade.report import STATUSES
+
+
+def _usage() -> str:
+    import course_lib.instructor.grade as package
+
+    return package.__doc__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.grade", description=_usage(),
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submissions", type=Path, help="folder with one folder or .zip per student")
+    parser.add_argument("--out", type=Path, required=True, help="where grades.csv and each student's results go")
+    parser.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one student's whole run (default 900)")
+    parser.add_argument("--test-timeout", type=float, default=120.0, help="seconds for one test (default 120)")
+    parser.add_argument("--tests", type=Path, default=None, help="folder of hidden tests (test_exNN_*.py), graded as hidden")
+    parser.add_argument("--exercises", default=None, help="grade only these, e.g. ex00,ex01 (default: all)")
+    parser.add_argument("--memory-gb", type=float, default=None,
+                        help="address-space limit of each student process in GiB; 0 for none (default 6, "
+                             "none on a CUDA machine; importing torch alone takes 3.3)")
+    parser.add_argument("--max-processes", type=int, default=256,
+                        help="processes and threads a student's user may have at once (default 256; needs root)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    options = parser.parse_args(argv)
+    if not options.submissions.is_dir():
+        parser.error(f"{options.submissions} is not a folder")
+    if options.tests is not None and not options.tests.is_dir():
+        parser.error(f"--tests {options.tests} is not a folder")
+    if options.jobs < 1 or options.timeout <= 0 or options.test_timeout <= 0:
+        parser.error("--jobs, --timeout and --test-timeout must be positive")
+    exercises = [e.strip() for e in options.exercises.split(",") if e.strip()] if options.exercises else None
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)  # like Ctrl-C: the running judges are stopped, not left behind
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = time.monotonic()
+    try:
+        results = grade_class(options.submissions, options.out, options.jobs, options.timeout, options.test_timeout,
+                              options.tests, exercises, options.memory_gb, options.max_processes,
+                              progress=not options.no_progress)
+    except KeyboardInterrupt:
+        print("interrupted: every running judge was stopped; grades.csv was not written", file=sys.stderr)
+        return 130
+    counts = {status: sum(r.status == status for r in results) for status in STATUSES}
+    print(f"graded {len(results)} students in {time.monotonic() - started:.1f} s: "
+          + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+          + f"\ngradebook: {options.out / 'grades.csv'}")
+    for r in results:
+        if r.status != "ok":
+            print(f"  {r.student}: {r.status}: {r.detail.splitlines()[0] if r.detail else ''}")
+    return 1 if counts["grader error"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

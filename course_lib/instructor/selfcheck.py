@@ -1,0 +1,69 @@
+"""The course checking its own graded tests (`python3 course.py test` runs it before the suite).
+
+    python -m course_lib.instructor.selfcheck stubs    every graded test must fail on the untouched stubs
+
+A graded test that passes on a stub grades nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from course_lib.grading.results import read_report
+from course_lib.instructor.exercises import expected_stubs
+from course_lib.paths import ROOT, SOLUTIONS
+
+
+def say(message: str) -> None:
+    print(f"[course] {message}", flush=True)
+
+
+def _pytest(args: list[str], report: Path) -> int:
+    command = [sys.executable, "-m", "pytest", *args, "--course-report", str(report), "-q", "-p", "no:cacheprovider"]
+    return subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+
+
+def stubs_fail() -> bool:
+    """Grade freshly made stubs (never the learner's exercises/) and require every graded test to fail."""
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "stubs"
+        folder.mkdir()
+        for name, text in expected_stubs(SOLUTIONS).items():
+            (folder / name).write_text(text)
+        _pytest(["tests", "-m", "points", "--target", str(folder)], Path(tmp) / "stubs.jsonl")
+        _pytest(["tests", "-m", "points", "--target", "solutions", "--collect-only"], Path(tmp) / "collected.jsonl")
+        ran, collected = read_report(Path(tmp) / "stubs.jsonl"), read_report(Path(tmp) / "collected.jsonl")
+    if ran is None or collected is None or collected.collected is None:
+        say("FAILED: pytest wrote no report for the stub run")
+        return False
+    tests = ran.graded()
+    expected = [t for t in collected.collected if t.points is not None]
+    counts = {kind: [t.nodeid for t in tests if t.outcome == kind] for kind in ("passed", "failed", "skipped")}
+    say(f"graded tests on the stubs: {len(counts['failed'])} failed, {len(counts['passed'])} passed, "
+        f"{len(counts['skipped'])} skipped (of {len(expected)} collected)")
+    ok = True
+    if counts["passed"]:
+        ok = False
+        say("FAILED: these graded tests pass on the untouched stubs, so they grade nothing:")
+        for nodeid in counts["passed"]:
+            print(f"    {nodeid}")
+    if len(tests) != len(expected) or not expected:
+        ok = False
+        say(f"FAILED: {len(tests)} graded tests ran on the stubs but {len(expected)} were collected")
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.instructor.selfcheck", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("check", choices=["stubs"])
+    options = parser.parse_args(argv)
+    return 0 if stubs_fail() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
