@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from course_lib.timing import print_table  # noqa: E402
+from course_lib.tables import print_table  # noqa: E402
 
 
 def main() -> None:

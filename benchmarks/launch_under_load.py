@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from course_lib.dist import RankFailed, launch  # noqa: E402
-from course_lib.timing import print_table  # noqa: E402
+from course_lib.tables import print_table  # noqa: E402
 
 
 def _returns_rank(rank: int, world_size: int) -> int:

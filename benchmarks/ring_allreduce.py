@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from course_lib.devices import usable_cores  # noqa: E402
 from course_lib.dist import choose_backend, launch  # noqa: E402
-from course_lib.timing import print_table  # noqa: E402
+from course_lib.tables import print_table  # noqa: E402
 
 SIZES = [2**8, 2**12, 2**16, 2**20, 2**22]  # float32 elements: 1 KiB .. 16 MiB
 
