@@ -65,7 +65,10 @@ def _spawn_rank(rank: int, world_size: int, store_path: str) -> None:
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, world_size), rank=rank,
                             world_size=world_size, timeout=timedelta(seconds=60))
-    dist.destroy_process_group()
+    try:
+        dist.barrier()  # as launch's ranks do: no rank exits while another is still connecting
+    finally:
+        dist.destroy_process_group()
 
 
 def _spawn_same_work(world_size: int) -> None:
