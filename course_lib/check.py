@@ -59,16 +59,21 @@ class CheckResult:
         return bool(self.tests) and all(t.outcome == "passed" or not t.graded for t in self.tests)
 
     def rows(self) -> list[tuple[str, str, str, str]]:
-        rows = []
+        """(test, result, points, first line of the message); the cases of a parametrized test that all end
+        the same way share one row, e.g. `test_ring [2, 3, 4]`, so a hint is not repeated on every line."""
+        groups: dict[tuple, list[TestOutcome]] = {}
         for t in self.tests:
-            name = t.nodeid.split("::", 1)[-1]
-            if not t.graded:
-                mark, points = "not graded", "–"
-            else:
-                mark = {"passed": "passed", "failed": "FAILED"}.get(t.outcome, t.outcome)
-                points = f"{t.earned:g} / {t.possible:g}"
-            message = (t.not_graded or t.message or "").splitlines()
-            rows.append((name, mark, points, message[0] if message else ""))
+            function, _, case = t.nodeid.split("::", 1)[-1].partition("[")
+            message = _first_line(t.not_graded or t.message).removeprefix(f"{self.exercise}: ")  # the table says which
+            groups.setdefault((function, t.status, message), []).append(t)
+        rows = []
+        for (function, status, message), tests in groups.items():
+            cases = [t.nodeid.partition("[")[2].rstrip("]") for t in tests]
+            name = function + (f" [{', '.join(cases)}]" if any(cases) else "")
+            mark = {"passed": "passed", "failed": "FAILED"}.get(status, status)
+            points = "–" if status == "not graded" else (
+                f"{sum(t.earned for t in tests):g} / {sum(t.possible for t in tests):g}")
+            rows.append((name, mark, points, message))
         return rows
 
     def summary(self) -> str:
@@ -92,6 +97,11 @@ class CheckResult:
             "<table><tr><th style='text-align:left'>test</th><th>result</th><th>points</th>"
             f"<th style='text-align:left'>message</th></tr>{body}</table>"
         )
+
+
+def _first_line(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def check(exercise: str, target: str = "exercises", timeout: float = 600.0) -> None:
