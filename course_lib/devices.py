@@ -3,7 +3,8 @@
     hardware_report()        a HardwareReport: CPU cores, CUDA GPUs, MPS, distributed backends
     print_hardware_report()  the same as a small table, with what will be real here and what simulated
     pick_device()            cuda -> mps -> cpu, and a sentence saying why
-    require_gpus(n, what)    True if n CUDA GPUs exist; else says why the cell is skipped and returns False
+    require_gpus(n, what)    True if n CUDA GPUs exist; else says why the cell is skipped (and what it
+                             printed on a recorded GPU run) and returns False
     gpu_memory_report()      nvidia-smi-style memory per GPU, from inside Python
 
 Where there is no CUDA GPU nothing here initialises CUDA; reading a GPU's name or properties does
@@ -152,15 +153,27 @@ def pick_device() -> tuple[torch.device, str]:
     return torch.device("cpu"), f"cpu: no CUDA GPU or Apple GPU here, so the {usable_cores()} CPU cores do the work"
 
 
-def require_gpus(n: int, what: str) -> bool:
-    """True if at least n CUDA GPUs exist; otherwise say plainly that the cell is skipped, and return False (notebook 01)."""
+def require_gpus(n: int, what: str, record: str | None = None) -> bool:
+    """True if at least n CUDA GPUs exist; otherwise say plainly that the cell is skipped, and return False (notebook 01).
+
+    With `record="01/pinned_copies"`: on a GPU, first print where the cell is measured; without one,
+    show what the cell printed on a real GPU, labelled as recorded (course_lib.recorded).
+    """
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"require_gpus needs a whole number of GPUs, 1 or more, not {n!r}")
     have = cuda_gpu_count()
     if have >= n:
+        if record:
+            from course_lib.recorded import measured_here
+
+            print(measured_here())
         return True
     print(f"This cell needs {n} CUDA GPU{'s' if n > 1 else ''} to {what}; this machine has {have}. "
           "Skipping it; on a GPU machine it runs as written.")
+    if record:
+        from course_lib.recorded import show_recorded
+
+        show_recorded(record)
     return False
 
 
