@@ -83,7 +83,7 @@ def graded_results(report: Path) -> list[dict]:
 
 def check_stubs_fail(python: Path) -> bool:
     """Every graded test must fail on the untouched stubs: a test that passes there grades nothing."""
-    say("step 1/2: the graded tests against the untouched exercise stubs (every one must fail)")
+    say("step 1/3: the graded tests against the untouched exercise stubs (every one must fail)")
     with tempfile.TemporaryDirectory() as tmp:
         stubs, solutions = Path(tmp) / "stubs.json", Path(tmp) / "solutions.json"
         pytest(python, ["tests", "-m", "points", "--target", "exercises", "-q"], stubs, quiet=True)
@@ -110,6 +110,12 @@ def check_stubs_fail(python: Path) -> bool:
     return ok
 
 
+def check_wrong_answers_lose(python: Path) -> bool:
+    """Every plausible wrong answer in solutions/wrong_answers/ must lose points on the tests it names."""
+    say("step 2/3: the wrong answers in solutions/wrong_answers/ (each must lose points on the tests it targets)")
+    return subprocess.call([str(python), "-m", "course_lib.wrong_answers"], cwd=ROOT) == 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"lab", "test", "check"}:
         print(__doc__)
@@ -124,12 +130,14 @@ def main(argv: list[str]) -> int:
             sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")
         return subprocess.call([str(python), "-m", "course_lib.check", *extra], cwd=ROOT)
     stubs_ok = check_stubs_fail(python)
-    say("step 2/2: the whole suite against the solutions (course library, notebooks, graded tests)")
+    wrong_ok = check_wrong_answers_lose(python)
+    say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)")
     code = pytest(python, ["tests", "--target", "solutions", *extra])
     if not stubs_ok:
         say("the stub check above FAILED")
-        return 1
-    return code
+    if not wrong_ok:
+        say("the wrong-answer check above FAILED: a wrong answer that earns full points means a test grades too little")
+    return 1 if not (stubs_ok and wrong_ok) else code
 
 
 if __name__ == "__main__":

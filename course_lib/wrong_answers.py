@@ -1,0 +1,253 @@
+"""Check that plausible wrong answers lose points: a graded test that a wrong answer passes grades nothing (issue 12).
+
+A wrong answer is a small file, `solutions/wrong_answers/exNN/<mistake>.py`:
+
+    \"\"\"Sends everything to rank 0, sums there and sends the sum back: right values, but no ring.\"\"\"
+
+    LOSES = ["test_ring_all_reduce_matches_the_sum_along_a_ring"]
+
+    def ring_all_reduce(tensor):
+        ...
+
+Its text is appended to the reference solution's, so its `def` replaces the solution's function of the
+same name, and the result is graded like a learner's file: only the tests named in LOSES are run (CI
+stays short), and each of them must fail in at least one of its parametrizations, that is lose points.
+
+    python -m course_lib.wrong_answers [ex04 ...] [--jobs N]
+
+prints one row per wrong answer and exits 1 naming every wrong answer that lost no points, every LOSES
+name that matches no test, and every file that is not a well-formed wrong answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["WrongAnswer", "Verdict", "discover", "check", "main"]
+
+
+@dataclass
+class WrongAnswer:
+    """One file of a wrong-answer suite (issue 12)."""
+
+    exercise: str  # "ex04"
+    path: Path
+    mistake: str = ""  # the docstring's one line
+    loses: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # why the file is not a well-formed wrong answer
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+
+@dataclass
+class Verdict:
+    """What grading one wrong answer gave: the points it lost on each test it targets."""
+
+    wrong: WrongAnswer
+    ok: bool
+    lost: dict[str, tuple[float, float]] = field(default_factory=dict)  # test -> (points lost, points possible)
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def _module_level_functions(source: str) -> set[str]:
+    return {node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _read(exercise: str, path: Path) -> WrongAnswer:
+    wrong = WrongAnswer(exercise, path)
+    try:
+        source = path.read_text()
+        tree = ast.parse(source)
+    except (OSError, SyntaxError, UnicodeDecodeError) as error:
+        wrong.problems.append(f"cannot be read or parsed: {error}")
+        return wrong
+    docstring = ast.get_docstring(tree)
+    if not docstring or len(docstring.strip().splitlines()) != 1:
+        wrong.problems.append("needs a one-line module docstring saying what the mistake is")
+    else:
+        wrong.mistake = docstring.strip()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LOSES" for t in node.targets):
+            try:
+                wrong.loses = ast.literal_eval(node.value)
+            except ValueError:
+                wrong.problems.append("LOSES must be a literal list of test names")
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            wrong.problems.append("a __future__ import cannot be appended to the solution; leave it out")
+    if not (isinstance(wrong.loses, list) and wrong.loses and all(isinstance(n, str) for n in wrong.loses)):
+        wrong.problems.append("LOSES must name at least one graded test, e.g. LOSES = [\"test_shard_range_matches_tensor_split\"]")
+        wrong.loses = [n for n in wrong.loses if isinstance(n, str)] if isinstance(wrong.loses, list) else []
+    if not _module_level_functions(source):
+        wrong.problems.append("redefines no function")
+    return wrong
+
+
+def discover(root: Path = ROOT, exercises: list[str] | None = None) -> list[WrongAnswer]:
+    """Every wrong answer under root/solutions/wrong_answers/, optionally only those of some exercises."""
+    folder = root / "solutions" / "wrong_answers"
+    found = []
+    for exercise_dir in sorted(p for p in folder.glob("ex*") if p.is_dir()):
+        if exercises and exercise_dir.name not in exercises:
+            continue
+        for path in sorted(exercise_dir.glob("*.py")):
+            if not path.name.startswith("_"):
+                found.append(_read(exercise_dir.name, path))
+    return found
+
+
+def _solution_file(root: Path, exercise: str) -> Path | None:
+    matches = sorted((root / "solutions").glob(f"{exercise}_*.py"))
+    return matches[0] if matches else None
+
+
+def _test_file(root: Path, exercise: str) -> Path | None:
+    matches = sorted((root / "tests").glob(f"test_{exercise}_*.py"))
+    return matches[0] if matches else None
+
+
+def _graded_names(test_file: Path) -> set[str]:
+    return {name for name in _module_level_functions(test_file.read_text()) if name.startswith("test_")}
+
+
+def grade_one(wrong: WrongAnswer, root: Path = ROOT, python: str = sys.executable, timeout: float = 600) -> Verdict:
+    """Grade the solution with `wrong` appended, on the tests it names; it must lose points on every one."""
+    started = time.monotonic()
+    solution, tests = _solution_file(root, wrong.exercise), _test_file(root, wrong.exercise)
+    if wrong.problems:
+        return Verdict(wrong, False, reason="; ".join(wrong.problems))
+    if solution is None or tests is None:
+        return Verdict(wrong, False, reason=f"no solutions/{wrong.exercise}_*.py or tests/test_{wrong.exercise}_*.py")
+    unknown = [name for name in wrong.loses if name not in _graded_names(tests)]
+    if unknown:
+        return Verdict(wrong, False, reason=f"LOSES names no test in {tests.name}: {', '.join(unknown)}")
+    solution_text = solution.read_text()
+    replaced = _module_level_functions(wrong.path.read_text()) & _module_level_functions(solution_text)
+    if not replaced:
+        return Verdict(wrong, False, reason="redefines no function of the solution (check the function's name)")
+    combined = f"{solution_text}\n\n# ---- wrong answer {wrong.exercise}/{wrong.path.name}, appended ----\n" \
+               f"{wrong.path.read_text()}"
+    try:
+        compile(combined, wrong.path.name, "exec")
+    except SyntaxError as error:
+        return Verdict(wrong, False, reason=f"the solution with it appended does not compile: {error}")
+    with tempfile.TemporaryDirectory(prefix=f"wrong-{wrong.exercise}-{wrong.name}-") as scratch:
+        target = Path(scratch) / "target"
+        target.mkdir()
+        (target / solution.name).write_text(combined)
+        report = Path(scratch) / "report.json"
+        command = [python, "-m", "pytest", *(f"{tests.relative_to(root)}::{name}" for name in wrong.loses),
+                   "--target", str(target), "--course-report", str(report), "-q", "-p", "no:cacheprovider",
+                   "-o", "addopts="]
+        try:
+            done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return Verdict(wrong, False, reason=f"pytest did not finish within {timeout:g} s",
+                           seconds=time.monotonic() - started)
+        if not report.exists():
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            return Verdict(wrong, False, reason="pytest wrote no report: " + " | ".join(tail),
+                           seconds=time.monotonic() - started)
+        results = json.loads(report.read_text())["tests"]
+    lost: dict[str, tuple[float, float]] = {}
+    for name in wrong.loses:
+        mine = [t for t in results if t["nodeid"].split("::", 1)[-1].split("[", 1)[0] == name]
+        possible = sum(t["points"] or 0 for t in mine)
+        lost[name] = (sum(t["points"] or 0 for t in mine if t["outcome"] == "failed"), possible)
+    kept = [name for name, (points, _) in lost.items() if points == 0]
+    ran_nothing = [name for name, (_, possible) in lost.items() if possible == 0]
+    reason = ""
+    if ran_nothing:
+        reason = f"no graded test with points ran for {', '.join(ran_nothing)}"
+    elif kept:
+        reason = f"lost no points on {', '.join(kept)}"
+    return Verdict(wrong, not reason, lost, reason, time.monotonic() - started)
+
+
+def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: str = sys.executable,
+          progress: bool = True) -> list[Verdict]:
+    """Grade every wrong answer, `jobs` at a time; return the verdicts in the order given."""
+    def one(wrong):
+        verdict = grade_one(wrong, root, python)
+        if progress:
+            mark = "ok" if verdict.ok else "NOT CAUGHT" if verdict.lost else "BROKEN"
+            print(f"  {wrong.exercise}/{wrong.name}: {mark} ({verdict.seconds:.0f} s)", flush=True)
+        return verdict
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, wrongs))
+
+
+def _table(verdicts: list[Verdict]) -> str:
+    rows = [("exercise", "mistake", "tests it targets", "points lost", "verdict")]
+    for v in verdicts:
+        lost = sum(p for p, _ in v.lost.values())
+        possible = sum(q for _, q in v.lost.values())
+        verdict = "loses points" if v.ok else ("NOT CAUGHT: " if v.lost and not v.reason.startswith("no graded")
+                                               else "BROKEN: ") + v.reason
+        rows.append((v.wrong.exercise, f"{v.wrong.name}: {v.wrong.mistake}", ", ".join(v.wrong.loses),
+                     f"{lost:g} / {possible:g}" if v.lost else "-", verdict))
+    widths = [min(max(len(str(r[i])) for r in rows), cap) for i, cap in enumerate((8, 70, 60, 11, 60))]
+
+    def cut(text, width):
+        text = str(text)
+        return text if len(text) <= width else text[: width - 1] + "…"
+
+    lines = ["  ".join(cut(cell, w).ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _default_jobs() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(2, min(4, cores))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_lib.wrong_answers", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("exercises", nargs="*", help="e.g. ex04 (default: every exercise with a suite)")
+    parser.add_argument("--jobs", type=int, default=_default_jobs(), help="wrong answers graded at once")
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    root = options.root.resolve()
+    if not (root / "solutions").is_dir():
+        print("no solutions/ here (a student release): no wrong answers to check")
+        return 0
+    wrongs = discover(root, options.exercises or None)
+    if not wrongs:
+        print("no wrong answers found under solutions/wrong_answers/" + (
+            f" for {', '.join(options.exercises)}" if options.exercises else ""))
+        return 1 if options.exercises else 0
+    started = time.monotonic()
+    print(f"grading {len(wrongs)} wrong answers, {options.jobs} at a time, each on the tests it names")
+    verdicts = check(wrongs, root, options.jobs)
+    print()
+    print(_table(verdicts))
+    bad = [v for v in verdicts if not v.ok]
+    print(f"\n{len(verdicts) - len(bad)} of {len(verdicts)} wrong answers lose points "
+          f"({time.monotonic() - started:.0f} s)")
+    for v in bad:
+        print(f"FAILED: {v.wrong.exercise}/{v.wrong.path.name}: {v.reason}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
