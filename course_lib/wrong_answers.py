@@ -10,8 +10,11 @@ A wrong answer is a small file, `solutions/wrong_answers/exNN/<mistake>.py`:
         ...
 
 Its text is appended to the reference solution's, so its `def` replaces the solution's function of the
-same name, and the result is graded like a learner's file: only the tests named in LOSES are run (CI
-stays short), and each of them must fail in at least one of its parametrizations, that is lose points.
+same name, and the result is graded like a learner's file: only the tests named in LOSES are run, and
+each of them must fail in at least one of its parametrizations, that is lose points. To keep CI short,
+a few worker processes each import torch and start the ranks' fork server once and then run pytest
+in-process for one wrong answer after another, and a test stops at its first failing parametrization
+(so "points lost" is then a lower bound, marked ≥).
 
     python -m course_lib.wrong_answers [ex04 ...] [--jobs N]
 
@@ -29,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +64,7 @@ class Verdict:
     lost: dict[str, tuple[float, float]] = field(default_factory=dict)  # test -> (points lost, points possible)
     reason: str = ""
     seconds: float = 0.0
+    partial: bool = False  # some parametrizations were skipped once one had failed: "points lost" is a lower bound
 
 
 def _module_level_functions(source: str) -> set[str]:
@@ -124,9 +127,18 @@ def _graded_names(test_file: Path) -> set[str]:
     return {name for name in _module_level_functions(test_file.read_text()) if name.startswith("test_")}
 
 
-def grade_one(wrong: WrongAnswer, root: Path = ROOT, python: str = sys.executable, timeout: float = 600) -> Verdict:
-    """Grade the solution with `wrong` appended, on the tests it names; it must lose points on every one."""
-    started = time.monotonic()
+@dataclass
+class _Job:
+    """One wrong answer made ready to grade: its target folder, the node ids to run, where the report goes."""
+
+    wrong: WrongAnswer
+    target: Path
+    nodeids: list[str]
+    report: Path
+
+
+def _prepare(wrong: WrongAnswer, root: Path, scratch: Path) -> _Job | Verdict:
+    """The solution with `wrong` appended, in a folder of its own; or a Verdict if it cannot be graded."""
     solution, tests = _solution_file(root, wrong.exercise), _test_file(root, wrong.exercise)
     if wrong.problems:
         return Verdict(wrong, False, reason="; ".join(wrong.problems))
@@ -135,39 +147,32 @@ def grade_one(wrong: WrongAnswer, root: Path = ROOT, python: str = sys.executabl
     unknown = [name for name in wrong.loses if name not in _graded_names(tests)]
     if unknown:
         return Verdict(wrong, False, reason=f"LOSES names no test in {tests.name}: {', '.join(unknown)}")
-    solution_text = solution.read_text()
-    replaced = _module_level_functions(wrong.path.read_text()) & _module_level_functions(solution_text)
-    if not replaced:
+    solution_text, wrong_text = solution.read_text(), wrong.path.read_text()
+    if not _module_level_functions(wrong_text) & _module_level_functions(solution_text):
         return Verdict(wrong, False, reason="redefines no function of the solution (check the function's name)")
-    combined = f"{solution_text}\n\n# ---- wrong answer {wrong.exercise}/{wrong.path.name}, appended ----\n" \
-               f"{wrong.path.read_text()}"
+    combined = f"{solution_text}\n\n# ---- wrong answer {wrong.exercise}/{wrong.path.name}, appended ----\n{wrong_text}"
     try:
         compile(combined, wrong.path.name, "exec")
     except SyntaxError as error:
         return Verdict(wrong, False, reason=f"the solution with it appended does not compile: {error}")
-    with tempfile.TemporaryDirectory(prefix=f"wrong-{wrong.exercise}-{wrong.name}-") as scratch:
-        target = Path(scratch) / "target"
-        target.mkdir()
-        (target / solution.name).write_text(combined)
-        report = Path(scratch) / "report.json"
-        command = [python, "-m", "pytest", *(f"{tests.relative_to(root)}::{name}" for name in wrong.loses),
-                   "--target", str(target), "--course-report", str(report), "-q", "-p", "no:cacheprovider",
-                   "-o", "addopts="]
-        try:
-            done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return Verdict(wrong, False, reason=f"pytest did not finish within {timeout:g} s",
-                           seconds=time.monotonic() - started)
-        if not report.exists():
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            return Verdict(wrong, False, reason="pytest wrote no report: " + " | ".join(tail),
-                           seconds=time.monotonic() - started)
-        results = json.loads(report.read_text())["tests"]
+    folder = scratch / f"{wrong.exercise}-{wrong.name}"
+    (folder / "target").mkdir(parents=True)
+    (folder / "target" / solution.name).write_text(combined)
+    nodeids = [f"{tests.relative_to(root).as_posix()}::{name}" for name in wrong.loses]
+    return _Job(wrong, folder / "target", nodeids, folder / "report.json")
+
+
+def _verdict(job: _Job, seconds: float) -> Verdict:
+    """Read a job's report: every test it names must have lost points in at least one parametrization."""
+    if not job.report.exists():
+        return Verdict(job.wrong, False, reason="pytest wrote no report (see the worker's output)", seconds=seconds)
+    results = json.loads(job.report.read_text())["tests"]
     lost: dict[str, tuple[float, float]] = {}
-    for name in wrong.loses:
+    partial = False
+    for name in job.wrong.loses:
         mine = [t for t in results if t["nodeid"].split("::", 1)[-1].split("[", 1)[0] == name]
-        possible = sum(t["points"] or 0 for t in mine)
-        lost[name] = (sum(t["points"] or 0 for t in mine if t["outcome"] == "failed"), possible)
+        partial |= any(t["outcome"] == "skipped" for t in mine)
+        lost[name] = (sum(t["points"] or 0 for t in mine if t["outcome"] == "failed"), sum(t["points"] or 0 for t in mine))
     kept = [name for name, (points, _) in lost.items() if points == 0]
     ran_nothing = [name for name, (_, possible) in lost.items() if possible == 0]
     reason = ""
@@ -175,21 +180,95 @@ def grade_one(wrong: WrongAnswer, root: Path = ROOT, python: str = sys.executabl
         reason = f"no graded test with points ran for {', '.join(ran_nothing)}"
     elif kept:
         reason = f"lost no points on {', '.join(kept)}"
-    return Verdict(wrong, not reason, lost, reason, time.monotonic() - started)
+    return Verdict(job.wrong, not reason, lost, reason, seconds, partial)
+
+
+class _StopAfterFirstFailure:
+    """pytest plugin: once one parametrization of a test function has failed, skip the rest of that function.
+
+    A wrong answer has lost its points on that test as soon as one parametrization fails; the others would
+    only cost time (each distributed one launches ranks).
+    """
+
+    def __init__(self):
+        self.failed: set[str] = set()
+
+    def pytest_runtest_setup(self, item):
+        import pytest
+
+        if item.nodeid.split("[", 1)[0] in self.failed:
+            pytest.skip("an earlier parametrization of this test already failed")
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            self.failed.add(report.nodeid.split("[", 1)[0])
+
+
+def _worker(jobs_file: Path) -> int:
+    """Run pytest in this one process for each job in turn: torch and the ranks' fork server start only once."""
+    import pytest
+
+    for job in json.loads(jobs_file.read_text()):
+        args = [*job["nodeids"], "--target", job["target"], "--course-report", job["report"], "-q",
+                "-p", "no:cacheprovider", "-o", "addopts=", "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+        started = time.monotonic()
+        pytest.main(args, plugins=[_StopAfterFirstFailure()])
+        Path(job["report"] + ".seconds").write_text(f"{time.monotonic() - started:.1f}")
+        sys.stdout.flush()
+    return 0
 
 
 def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: str = sys.executable,
-          progress: bool = True) -> list[Verdict]:
-    """Grade every wrong answer, `jobs` at a time; return the verdicts in the order given."""
-    def one(wrong):
-        verdict = grade_one(wrong, root, python)
-        if progress:
-            mark = "ok" if verdict.ok else "NOT CAUGHT" if verdict.lost else "BROKEN"
-            print(f"  {wrong.exercise}/{wrong.name}: {mark} ({verdict.seconds:.0f} s)", flush=True)
-        return verdict
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, wrongs))
+          progress: bool = True, timeout: float = 1800) -> list[Verdict]:
+    """Grade every wrong answer in `jobs` worker processes; return the verdicts in the order given."""
+    verdicts: dict[int, Verdict] = {}
+    with tempfile.TemporaryDirectory(prefix="course-wrong-answers-") as scratch_name:
+        scratch = Path(scratch_name)
+        ready: list[tuple[int, _Job]] = []
+        for index, wrong in enumerate(wrongs):
+            prepared = _prepare(wrong, root, scratch)
+            if isinstance(prepared, Verdict):
+                verdicts[index] = prepared
+            else:
+                ready.append((index, prepared))
+        shares = [ready[i::max(1, jobs)] for i in range(max(1, jobs))]
+        workers = []
+        for number, share in enumerate(s for s in shares if s):
+            jobs_file = scratch / f"worker{number}.json"
+            jobs_file.write_text(json.dumps([{"nodeids": j.nodeids, "target": str(j.target), "report": str(j.report)}
+                                             for _, j in share]))
+            log = open(scratch / f"worker{number}.log", "w")
+            process = subprocess.Popen([python, "-m", "course_lib.wrong_answers", "--worker", str(jobs_file)],
+                                       cwd=root, stdout=log, stderr=subprocess.STDOUT)
+            workers.append((process, log, share))
+        deadline, pending = time.monotonic() + timeout, dict(ready)
+        while pending and time.monotonic() < deadline and any(p.poll() is None for p, _, _ in workers):
+            time.sleep(0.5)
+            for index, job in list(pending.items()):
+                seconds_file = Path(str(job.report) + ".seconds")
+                if seconds_file.exists():
+                    verdicts[index] = _verdict(job, float(seconds_file.read_text()))
+                    del pending[index]
+                    if progress:
+                        v = verdicts[index]
+                        mark = "ok" if v.ok else "NOT CAUGHT" if v.lost else "BROKEN"
+                        print(f"  {job.wrong.exercise}/{job.wrong.name}: {mark} ({v.seconds:.0f} s)", flush=True)
+        for process, log, _ in workers:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            log.close()
+        for index, job in pending.items():
+            seconds_file = Path(str(job.report) + ".seconds")
+            if seconds_file.exists():
+                verdicts[index] = _verdict(job, float(seconds_file.read_text()))
+            else:
+                worker_log = next((scratch / f"worker{n}.log" for n, (_, _, share) in enumerate(workers)
+                                   if any(i == index for i, _ in share)), None)
+                tail = worker_log.read_text().strip().splitlines()[-3:] if worker_log and worker_log.exists() else []
+                verdicts[index] = Verdict(job.wrong, False, reason="not graded: its worker stopped or ran out of time"
+                                          + (": " + " | ".join(tail) if tail else ""))
+    return [verdicts[i] for i in range(len(wrongs))]
 
 
 def _table(verdicts: list[Verdict]) -> str:
@@ -199,8 +278,8 @@ def _table(verdicts: list[Verdict]) -> str:
         possible = sum(q for _, q in v.lost.values())
         verdict = "loses points" if v.ok else ("NOT CAUGHT: " if v.lost and not v.reason.startswith("no graded")
                                                else "BROKEN: ") + v.reason
-        rows.append((v.wrong.exercise, f"{v.wrong.name}: {v.wrong.mistake}", ", ".join(v.wrong.loses),
-                     f"{lost:g} / {possible:g}" if v.lost else "-", verdict))
+        points = f"{'≥' if v.partial else ''}{lost:g} / {possible:g}" if v.lost else "-"
+        rows.append((v.wrong.exercise, f"{v.wrong.name}: {v.wrong.mistake}", ", ".join(v.wrong.loses), points, verdict))
     widths = [min(max(len(str(r[i])) for r in rows), cap) for i, cap in enumerate((8, 70, 60, 11, 60))]
 
     def cut(text, width):
@@ -226,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("exercises", nargs="*", help="e.g. ex04 (default: every exercise with a suite)")
     parser.add_argument("--jobs", type=int, default=_default_jobs(), help="wrong answers graded at once")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    if options.worker:
+        return _worker(options.worker)
     root = options.root.resolve()
     if not (root / "solutions").is_dir():
         print("no solutions/ here (a student release): no wrong answers to check")
@@ -237,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
             f" for {', '.join(options.exercises)}" if options.exercises else ""))
         return 1 if options.exercises else 0
     started = time.monotonic()
-    print(f"grading {len(wrongs)} wrong answers, {options.jobs} at a time, each on the tests it names")
+    print(f"grading {len(wrongs)} wrong answers in {options.jobs} worker processes, each on the tests it names "
+          "(a test stops at its first failing parametrization)")
     verdicts = check(wrongs, root, options.jobs)
     print()
     print(_table(verdicts))
