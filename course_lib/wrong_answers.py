@@ -162,10 +162,12 @@ def _prepare(wrong: WrongAnswer, root: Path, scratch: Path) -> _Job | Verdict:
     return _Job(wrong, folder / "target", nodeids, folder / "report.json")
 
 
-def _verdict(job: _Job, seconds: float) -> Verdict:
+def _verdict(job: _Job, seconds: float, worker_log: Path | None = None) -> Verdict:
     """Read a job's report: every test it names must have lost points in at least one parametrization."""
     if not job.report.exists():
-        return Verdict(job.wrong, False, reason="pytest wrote no report (see the worker's output)", seconds=seconds)
+        tail = worker_log.read_text(errors="replace").strip().splitlines()[-4:] if worker_log and worker_log.exists() else []
+        return Verdict(job.wrong, False, reason="pytest wrote no report" + (": " + " | ".join(tail) if tail else ""),
+                       seconds=seconds)
     results = json.loads(job.report.read_text())["tests"]
     lost: dict[str, tuple[float, float]] = {}
     partial = False
@@ -232,7 +234,7 @@ def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: s
             else:
                 ready.append((index, prepared))
         shares = [ready[i::max(1, jobs)] for i in range(max(1, jobs))]
-        workers = []
+        workers, log_of = [], {}
         for number, share in enumerate(s for s in shares if s):
             jobs_file = scratch / f"worker{number}.json"
             jobs_file.write_text(json.dumps([{"nodeids": j.nodeids, "target": str(j.target), "report": str(j.report)}
@@ -241,13 +243,14 @@ def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: s
             process = subprocess.Popen([python, "-m", "course_lib.wrong_answers", "--worker", str(jobs_file)],
                                        cwd=root, stdout=log, stderr=subprocess.STDOUT)
             workers.append((process, log, share))
+            log_of.update({index: scratch / f"worker{number}.log" for index, _ in share})
         deadline, pending = time.monotonic() + timeout, dict(ready)
         while pending and time.monotonic() < deadline and any(p.poll() is None for p, _, _ in workers):
             time.sleep(0.5)
             for index, job in list(pending.items()):
                 seconds_file = Path(str(job.report) + ".seconds")
                 if seconds_file.exists():
-                    verdicts[index] = _verdict(job, float(seconds_file.read_text()))
+                    verdicts[index] = _verdict(job, float(seconds_file.read_text()), log_of[index])
                     del pending[index]
                     if progress:
                         v = verdicts[index]
@@ -261,11 +264,10 @@ def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: s
         for index, job in pending.items():
             seconds_file = Path(str(job.report) + ".seconds")
             if seconds_file.exists():
-                verdicts[index] = _verdict(job, float(seconds_file.read_text()))
+                verdicts[index] = _verdict(job, float(seconds_file.read_text()), log_of[index])
             else:
-                worker_log = next((scratch / f"worker{n}.log" for n, (_, _, share) in enumerate(workers)
-                                   if any(i == index for i, _ in share)), None)
-                tail = worker_log.read_text().strip().splitlines()[-3:] if worker_log and worker_log.exists() else []
+                worker_log = log_of[index]
+                tail = worker_log.read_text(errors="replace").strip().splitlines()[-3:] if worker_log.exists() else []
                 verdicts[index] = Verdict(job.wrong, False, reason="not graded: its worker stopped or ran out of time"
                                           + (": " + " | ".join(tail) if tail else ""))
     return [verdicts[i] for i in range(len(wrongs))]
