@@ -35,7 +35,7 @@ def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
     does with the chunk it receives, you read off the picture in section 5 and the table printed under it:
     find the rule behind the numbers, for any n.
     """
-    # BEGIN SOLUTION: in the picture, in each step rank r sends the chunk it last received (it starts with its own chunk r); isend() to the right, recv() from the left, then wait() on the send (blocking sends on every rank at once deadlock); skip empty chunks on both sides
+    # BEGIN SOLUTION: follow one chunk through the picture: which chunk does a rank send right after it received one? isend() to the right, recv() from the left, then wait() on the send (blocking sends on every rank at once deadlock); skip empty chunks on both sides
     rank, n = dist.get_rank(), dist.get_world_size()
     flat = tensor.detach().clone().reshape(-1)
     chunks = list(torch.tensor_split(flat, n))  # views into flat: writing a chunk writes flat
@@ -72,7 +72,7 @@ def tree_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
     reach everyone. The tests count rounds (a rank that receives in round k can send from round k + 1 on,
     one message per round) and messages (no rank sends more than ceil(log2(n))).
     """
-    # BEGIN SOLUTION: number ranks relative to src, v = (rank - src) % n; in the round with d = 1, 2, 4, ... ranks v < d send to v + d
+    # BEGIN SOLUTION: number the ranks relative to src, v = (rank - src) % n; after each round twice as many hold the data: who sends to whom so that they do?
     rank, n = dist.get_rank(), dist.get_world_size()
     v = (rank - src) % n
     d = 1
@@ -171,7 +171,7 @@ def tree_all_reduce_crossover(world_size: int, alpha: float, beta: float) -> flo
     Return the S at which both take the same time (the tree is faster for smaller S), or 0.0 if the tree
     is never faster. Raise ValueError if world_size < 1, alpha < 0 or beta <= 0.
     """
-    # BEGIN SOLUTION: t_ring = 2(n-1) * (alpha + S/n * beta) and t_tree = 2 * ceil(log2 n) * (alpha + S * beta); solve t_tree = t_ring for S
+    # BEGIN SOLUTION: write each algorithm's time as rounds * (alpha + bytes per message * beta); both are straight lines in S: where do they cross?
     if world_size < 1 or alpha < 0 or beta <= 0:
         raise ValueError(f"need world_size >= 1, alpha >= 0 and beta > 0, got {world_size}, {alpha}, {beta}")
     n = world_size
@@ -196,7 +196,7 @@ def all_reduce_perf_bandwidths(log: str) -> dict:
     from the log's columns. Lines that are not results (comments, warnings) are skipped. Raise ValueError if
     the log has no result rows or no device list.
     """
-    # BEGIN SOLUTION: count the "#  Rank" lines; find the out-of-place "time" column from the header; algbw = size / time; busbw = algbw * 2(n-1)/n
+    # BEGIN SOLUTION: count the GPUs in the device list; find the out-of-place time column from the header line; then section 6's definitions (mind the units)
     ranks = sum(1 for line in log.splitlines() if re.match(r"#\s*Rank\s+\d+", line))
     header = next((line.lstrip("#").split() for line in log.splitlines()
                    if line.startswith("#") and "size" in line.split() and "time" in line.split()), None)
