@@ -354,6 +354,10 @@ def test_tree_broadcast_copies_the_source_in_log_rounds(world_size):
                                        msg=lambda m: f"{world_size} ranks, src {src}, rank {rank}: returned: {m}")
             problems = _protocol_problems(entry["log"], rank)
             assert not problems, f"{world_size} ranks, src {src}: " + "; ".join(problems)
+            received = sum(size for _, size in _messages(entry["log"], "recv"))
+            assert rank == src or received >= math.prod(shape), (
+                f"{world_size} ranks, src {src}: rank {rank} received {received} elements by point-to-point "
+                f"messages; src's tensor has {math.prod(shape)}")
             sends = len(_messages(entry["log"], "send"))
             assert sends <= rounds, (
                 f"{world_size} ranks, src {src}: rank {rank} sent {sends} messages; along a binomial tree "
