@@ -86,12 +86,18 @@ def main(argv: list[str]) -> int:
     if not (ROOT / "solutions").is_dir():  # a student release: grade the learner's own files
         say("no solutions/ here (a student release): running every test against your exercises/")
         return pytest(python, ["tests", "--target", "exercises", *extra])
-    say("step 1/2: the graded tests against the untouched exercise stubs (every one must fail)")
-    stubs_ok = subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", "stubs"], cwd=ROOT) == 0
-    say("step 2/2: the whole suite against the solutions (course library, notebooks, graded tests)")
+    checks = [("the graded tests against freshly made exercise stubs (every one must fail)", "stubs"),
+              ("the wrong answers in solutions/wrong_answers/ (each must lose points on the tests it names)",
+               "wrong-answers")]
+    failed = []
+    for step, (what, check) in enumerate(checks, 1):
+        say(f"step {step}/3: {what}")
+        if subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", check], cwd=ROOT) != 0:
+            failed.append(check)
+    say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)")
     code = pytest(python, ["tests", "--target", "solutions", *extra])
-    if not stubs_ok:
-        say("the stub check above FAILED")
+    if failed:
+        say(f"the self-check(s) above FAILED: {', '.join(failed)}")
         return 1
     return code
 

@@ -71,7 +71,9 @@ def usable_cores() -> int:
 
 def cuda_gpu_count() -> int:
     """CUDA GPUs visible to this process; 0 without touching CUDA where there are none (notebook 01)."""
-    # is_available() asks the driver through NVML where it can and does not create a CUDA context.
+    # is_available() asks the CUDA runtime (cudaGetDeviceCount, which initialises the driver but creates no
+    # context, and marks the process so that a forked child cannot use CUDA); it asks NVML instead only when
+    # PYTORCH_NVML_BASED_CUDA_CHECK=1 (torch/cuda/__init__.py: is_available, _nvml_based_avail).
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 

@@ -165,9 +165,9 @@ def collective_picture(name: str, world_size: int = 4, root: int = 0) -> Figure:
 def ring_all_reduce_states(world_size: int) -> list[tuple[str, list[list[Cell]]]]:
     """Every rank's chunks after each step of a ring all-reduce, as (caption, rows of Cells) (notebook 04).
 
-    The same schedule as the exercise: in reduce-scatter step s, rank r sends chunk (r - s) % n to
-    rank (r + 1) % n, which adds it to its own; in all-gather step s, rank r sends chunk (r + 1 - s) % n.
-    A highlighted cell is one that is sent in the next step.
+    Rank r sends only to rank (r + 1) % n, which adds the chunk to its own copy (reduce-scatter) or
+    overwrites its copy with it (all-gather). A highlighted cell is one that is sent in the next step.
+    (Which chunk is sent in which step is exercise 04's to work out from the picture.)
     """
     n = world_size
     held = [[{r} for _ in range(n)] for r in range(n)]  # held[rank][chunk] = ranks summed in

@@ -1,6 +1,6 @@
 # Exercise file: replace each `raise NotImplementedError(...)` with your code,
 # then run `check("ex04")` in the notebook (or `python3 course.py check ex04`).
-"""Exercise 04: collectives from point-to-point messages, and reading bandwidth figures.
+"""Exercise 04: collectives from point-to-point messages, and reading bandwidth figures and cost models.
 
 Notebook: notebooks/04_collectives.ipynb
 
@@ -8,42 +8,49 @@ The distributed functions run inside ranks started by `course_lib.dist.launch` (
 runner): a process group is already initialised, and every rank calls the function with a tensor
 of the same shape and dtype. Use only point-to-point messages here (`dist.send`/`dist.recv`,
 `dist.isend`/`dist.irecv`, `dist.batch_isend_irecv`): the built-in collectives are what the tests
-compare you with, and they are switched off while your code runs.
+compare you with, and they are switched off while your code runs, by whatever route they are reached.
+The tests also record every message each rank sends and receives, to check the algorithm, not only
+the result.
 """
 
 from __future__ import annotations
+
+import math
+import re
 
 import torch
 import torch.distributed as dist
 
 
 def ring_all_reduce(tensor: torch.Tensor) -> torch.Tensor:
-    """Return the element-wise sum of `tensor` over all ranks, computed by a ring of send/recv messages.
+    """Return the element-wise sum of `tensor` over all ranks, computed by the ring of notebook 04, section 5.
 
-    The same answer as `dist.all_reduce(t, op=dist.ReduceOp.SUM)` on a copy, for any shape, any
-    number of elements (not only multiples of the world size) and any world size; every rank gets
-    the same values. Leave `tensor` unchanged.
+    The same answer as `dist.all_reduce(t, op=dist.ReduceOp.SUM)` on a copy, for any shape, any number of
+    elements (not only multiples of the world size) and any world size; every rank gets the same values.
+    Leave `tensor` unchanged.
 
-    The algorithm (notebook 04, section 5): flatten a copy and split it into world_size chunks with
-    `torch.tensor_split` (some may be empty). Rank r sends to (r + 1) % n and receives from
-    (r - 1) % n. Reduce-scatter: in step s = 0 .. n-2, send chunk (r - s) % n and add the chunk you
-    receive into chunk (r - s - 1) % n; afterwards rank r holds the full sum of chunk (r + 1) % n.
-    All-gather: in step s = 0 .. n-2, send chunk (r + 1 - s) % n and overwrite chunk (r - s) % n with
-    what you receive. Each rank sends 2(n-1)/n of the data in all.
+    What makes it a ring, which the tests check besides the values: cut a flattened copy into world_size
+    chunks with `torch.tensor_split` (some may be empty); rank r only ever sends to rank (r + 1) % n and
+    receives from rank (r - 1) % n; every message is one chunk; n - 1 reduce-scatter steps and n - 1
+    all-gather steps, so each rank sends at most 2(n - 1) messages, 2(n - 1)/n of the data in all; and every
+    request you start (isend, irecv) is waited on. Which chunk each rank sends in each step, and what it
+    does with the chunk it receives, you read off the picture in section 5 and the table printed under it:
+    find the rule behind the numbers, for any n.
     """
-    raise NotImplementedError('follow the docstring; in each step isend() to the right, recv() from the left, then wait() on the send (a blocking send on every rank at once can deadlock); skip empty chunks on both sides')
+    raise NotImplementedError('follow one chunk through the picture: which chunk does a rank send right after it received one? isend() to the right, recv() from the left, then wait() on the send (blocking sends on every rank at once deadlock); skip empty chunks on both sides')
 
 
 def tree_broadcast(tensor: torch.Tensor, src: int) -> torch.Tensor:
-    """Copy `src`'s `tensor` into `tensor` on every rank along a binomial tree; return `tensor`.
+    """Copy `src`'s `tensor` into `tensor` on every rank in ceil(log2(n)) rounds of send/recv; return `tensor`.
 
-    Like `dist.broadcast(tensor, src)` (in place: on return every rank's `tensor` holds src's
-    values), but in ceil(log2(n)) rounds of send/recv. Number the ranks relative to the source,
-    v = (rank - src) % n. In round k (k = 0, 1, ...), with d = 2**k: a rank with v < d that already
-    has the data sends it to relative rank v + d (if v + d < n); the rank with d <= v < 2d receives
-    from relative rank v - d. Convert relative ranks back with (v + src) % n.
+    Like `dist.broadcast(tensor, src)`, in place: on return every rank's `tensor` holds src's values. In one
+    round a rank sends at most one message, so every rank that already has the data can pass it to one rank
+    that has not: the number of ranks holding it can double each round (a binomial tree). Decide who sends
+    to whom in which round, for any src and any n (not only powers of two), so that ceil(log2(n)) rounds
+    reach everyone. The tests count rounds (a rank that receives in round k can send from round k + 1 on,
+    one message per round) and messages (no rank sends more than ceil(log2(n))).
     """
-    raise NotImplementedError('loop d = 1, 2, 4, ... while d < n; senders have v < d, receivers d <= v < 2d; real rank = (v + src) % n')
+    raise NotImplementedError('number the ranks relative to src, v = (rank - src) % n; after each round twice as many hold the data: who sends to whom so that they do?')
 
 
 def all_gather_p2p(tensor: torch.Tensor) -> list[torch.Tensor]:
@@ -60,10 +67,15 @@ def all_gather_p2p(tensor: torch.Tensor) -> list[torch.Tensor]:
 def bus_bandwidth_factor(collective: str, world_size: int) -> float:
     """The factor nccl-tests multiplies algorithm bandwidth by to get bus bandwidth, for `world_size` ranks.
 
-    collective is one of 'all_reduce' (2(n-1)/n), 'reduce_scatter', 'all_gather', 'all_to_all'
-    ((n-1)/n), 'broadcast', 'reduce' (1). Raise ValueError for any other name or world_size < 1.
+    collective is one of 'all_reduce', 'reduce_scatter', 'all_gather', 'all_to_all', 'broadcast', 'reduce'.
+    The factor is the fraction of the size S (as nccl-tests counts it, notebook 04 section 6) that crosses
+    the busiest rank's link in the ring algorithm of that collective: for all_reduce you counted it in
+    section 5 (each rank sends 2(n-1) chunks of S/n); derive the others the same way (reduce_scatter and
+    all_gather are the two halves of that ring; in all_to_all each rank keeps 1/n of its data; a pipelined
+    broadcast or reduce passes the whole tensor over every link once).
+    Raise ValueError for any other name or world_size < 1.
     """
-    raise NotImplementedError('a dict from name to a function of n; n - 1 over n for the scatter/gather family')
+    raise NotImplementedError('a dict from name to factor: count the bytes each rank sends in the ring version, divided by S')
 
 
 def bandwidths(collective: str, size_bytes: int, seconds: float, world_size: int) -> tuple[float, float]:
@@ -77,11 +89,31 @@ def bandwidths(collective: str, size_bytes: int, seconds: float, world_size: int
     raise NotImplementedError('divide by 1e9 for GB/s; reuse bus_bandwidth_factor')
 
 
-def ring_all_reduce_time(size_bytes: int, world_size: int, alpha: float, beta: float) -> float:
-    """Predicted seconds for a ring all-reduce of `size_bytes` under the alpha-beta model (notebook 04).
+def tree_all_reduce_crossover(world_size: int, alpha: float, beta: float) -> float:
+    """The size S in bytes below which a tree all-reduce beats the ring, under the alpha-beta model.
 
-    A message of m bytes costs alpha + m * beta seconds (alpha: latency in s, beta: s per byte, the
-    inverse of link bandwidth). The ring takes 2(n-1) steps, each sending one chunk of size_bytes / n
-    bytes, so t = 2(n-1) * alpha + 2(n-1)/n * size_bytes * beta. One rank needs no messages: 0.0.
+    A message of m bytes costs alpha + m * beta seconds (notebook 04, section 5). Compare two all-reduces of
+    S bytes over n = world_size ranks:
+    - the ring you built in ring_all_reduce (count its steps and the bytes of each message; take every
+      chunk to be S/n bytes);
+    - a tree: reduce to one rank along the binomial tree of tree_broadcast run backwards (each rank adds
+      what it receives to its own tensor before passing it on), then tree_broadcast the sum. Every message
+      is the whole tensor, and a round costs one message's time.
+    Return the S at which both take the same time (the tree is faster for smaller S), or 0.0 if the tree
+    is never faster. Raise ValueError if world_size < 1, alpha < 0 or beta <= 0.
     """
-    raise NotImplementedError('2 * (n - 1) steps, each alpha + (size_bytes / n) * beta')
+    raise NotImplementedError("write each algorithm's time as rounds * (alpha + bytes per message * beta); both are straight lines in S: where do they cross?")
+
+
+def all_reduce_perf_bandwidths(log: str) -> dict:
+    """Read an nccl-tests `all_reduce_perf` log and compute its algorithm and bus bandwidths yourself.
+
+    `log` is the text all_reduce_perf prints (notebook 04, section 6 shows two real ones). Return
+    {"ranks": n, "rows": [[size_bytes, time_us, algbw, busbw], ...]}: n is the number of GPUs taking part,
+    counted from the log's list of devices (one process may drive several GPUs: see nGpus); one row per
+    message size, in the order printed, with the out-of-place time in microseconds; algbw and busbw in GB/s
+    (10**9 bytes per second), computed from the size, that time and n as nccl-tests defines them, not copied
+    from the log's columns. Lines that are not results (comments, warnings) are skipped. Raise ValueError if
+    the log has no result rows or no device list.
+    """
+    raise NotImplementedError("count the GPUs in the device list; find the out-of-place time column from the header line; then section 6's definitions (mind the units)")

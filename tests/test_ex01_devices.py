@@ -27,11 +27,12 @@ def _describe(value):
 
 
 def _nested_batch():
-    from collections import namedtuple
+    from collections import OrderedDict, namedtuple
 
     Pair = namedtuple("Pair", ["image", "label"])
     return {
         "pixels": torch.ones(2, 3),
+        "ordered": OrderedDict([("z", torch.ones(1)), ("a", 3)]),  # stays an OrderedDict, keys in this order
         "meta": {"ids": [7, "a", None], "mask": torch.zeros(4, dtype=torch.bool)},
         "pairs": [Pair(torch.arange(3), 1), Pair(torch.arange(2.0), "x")],
         "shape": (torch.tensor(5), 2.5),
@@ -79,14 +80,44 @@ def _bad_device(module):
     return exception_raised_by(module.to_device, {"x": torch.ones(1)}, 3.5)
 
 
+def _bad_device_on_a_batch_without_tensors(module):
+    try:
+        module.to_device({"ids": [1, 2]}, 3.5)
+        return "returned"
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__
+
+
+def _bad_device_both(module):
+    return [_bad_device(module), _bad_device_on_a_batch_without_tensors(module)]
+
+
 @pytest.mark.points(1)
 def test_to_device_rejects_a_device_that_is_not_a_device():
-    kind, message = run("ex01", _bad_device)
+    (kind, message), without_tensors = run("ex01", _bad_device_both)
     assert kind == "TypeError", f"expected TypeError for device=3.5, got {kind}"
     assert "device" in message.lower(), "the message should say what a device must be"
+    assert without_tensors == "TypeError", (
+        f"device=3.5 with a batch that holds no tensor: expected TypeError, got {without_tensors} "
+        "(check the device first, not only when a tensor is found)")
 
 
 # ---------------------------------------------------------------- training_state_bytes
+
+
+class _WithBuffers(nn.Module):
+    """BatchNorm keeps running statistics in buffers: they are in state_dict() but are not parameters."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(8, 16)
+        self.norm = nn.BatchNorm1d(16)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.norm(self.layer(x))))
 
 
 class _Tied(nn.Module):
@@ -103,10 +134,16 @@ class _Tied(nn.Module):
         return self.out(torch.relu(self.mid(self.embed(x))))
 
 
-def _build(case):
-    """A model and optimizer after one training step; built identically in the child and in the test."""
+def _build(case, measure_step=None):
+    """A model and optimizer after one training step; built identically in the child and in the test.
+
+    `measure_step`, if given, is a context manager entered around optimizer.step() (the test's measurement).
+    """
     torch.manual_seed(0)
-    if case == "tied":
+    if case == "batchnorm":
+        model = _WithBuffers()
+        x, y = torch.randn(5, 8), torch.randint(0, 4, (5,))
+    elif case == "tied":
         model = _Tied()
         x, y = torch.randint(0, 11, (5,)), torch.randint(0, 11, (5,))
     else:
@@ -127,10 +164,15 @@ def _build(case):
         "sgd_plain": lambda: torch.optim.SGD(trainable, lr=0.1),
         "frozen_first_layer_sgd": lambda: torch.optim.SGD(trainable, lr=0.1, momentum=0.9),
         "adam_after_zero_grad": lambda: torch.optim.Adam(trainable, lr=1e-3),
+        "batchnorm": lambda: torch.optim.Adam(trainable, lr=1e-3),
     }[case]()
     loss = nn.functional.cross_entropy(model(x).float(), y)
     loss.backward()
-    optimizer.step()
+    if measure_step is None:
+        optimizer.step()
+    else:
+        with measure_step:
+            optimizer.step()
     if case == "adam_after_zero_grad":
         optimizer.zero_grad(set_to_none=True)
     return model, optimizer
@@ -145,19 +187,61 @@ def _state_bytes(module, cases):
     return results
 
 
-CASES = ["adam", "sgd_momentum", "sgd_plain", "bf16_adamw", "frozen_first_layer_sgd", "tied", "adam_after_zero_grad"]
+CASES = ["adam", "sgd_momentum", "sgd_plain", "bf16_adamw", "frozen_first_layer_sgd", "tied", "adam_after_zero_grad",
+         "batchnorm"]
+
+
+def _new_memory_kept():
+    """A TorchDispatchMode that notes every tensor made while it is active; kept_bytes() measures what survives.
+
+    Around optimizer.step(), what survives is what the optimizer allocated and keeps: its states. Measured from
+    the allocations themselves, so the reference does not depend on how optimizer.state is laid out.
+    """
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class MemoryKept(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls):
+            return False  # the default wraps __torch_dispatch__ with torch._dynamo, whose import takes seconds
+
+        def __init__(self):
+            super().__init__()
+            self.made, self.before = [], set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for value in (out if isinstance(out, (list, tuple)) else [out]):
+                if isinstance(value, torch.Tensor):
+                    self.made.append(weakref.ref(value))
+            return out
+
+        def kept_bytes(self, existing):
+            """Bytes of the distinct storages made while active, still alive, and not among `existing` tensors."""
+            old = {t.untyped_storage().data_ptr() for t in existing}
+            kept = {}
+            for ref in self.made:
+                t = ref()
+                if t is not None and t.untyped_storage().data_ptr() not in old:
+                    kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return sum(kept.values())
+
+    return MemoryKept()
 
 
 def _reference_bytes(case):
-    model, optimizer = _build(case)
-    unique = {id(p): p for m in model.modules() for p in m._parameters.values() if p is not None}.values()
-    expected = {
-        "parameters": sum(p.numel() * p.element_size() for p in unique),
-        "gradients": sum(p.grad.numel() * p.grad.element_size() for p in unique if p.grad is not None),
-        "optimizer_states": sum(t.numel() * t.element_size() for s in optimizer.state.values()
-                                for t in s.values() if torch.is_tensor(t)),
-    }
-    return expected
+    """Measured from memory: distinct storages of the parameters and gradients, and what the step allocated."""
+    measure = _new_memory_kept()
+    model, optimizer = _build(case, measure_step=measure)
+    params = [p for m in model.modules() for p in m._parameters.values() if p is not None]
+    grads = [p.grad for p in params if p.grad is not None]
+
+    def storage_bytes(tensors):
+        return sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}.values())
+
+    return {"parameters": storage_bytes(params), "gradients": storage_bytes(grads),
+            "optimizer_states": measure.kept_bytes(params + grads)}
 
 
 @pytest.mark.points(4)
@@ -227,18 +311,21 @@ PLACEMENTS = [
     ({"LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "4", "RANK": "2"}, 2, "cpu"),     # fewer GPUs than ranks
     ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "RANK": "0"}, 0, "cpu"),     # a laptop
     ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}, 1, "cuda:0"),
+    ({"LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "4", "RANK": "4"}, 2, "cpu"),     # 2 GPUs for 4 ranks: none get one
+    ({"LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8", "RANK": "9"}, 4, "cpu"),
 ]
 
 
 def _placements(module, cases):
-    return [str(module.device_for_rank(env, gpus)) for env, gpus, _ in cases]
+    return [[type(device).__name__, str(device)] for device in (module.device_for_rank(env, gpus) for env, gpus, _ in cases)]
 
 
 @pytest.mark.points(2)
 def test_device_for_rank_uses_the_local_rank():
     got = run("ex01", _placements, PLACEMENTS)
-    for (env, gpus, want), device in zip(PLACEMENTS, got):
+    for (env, gpus, want), (kind, device) in zip(PLACEMENTS, got):
         assert device == want, f"env {env} with {gpus} GPUs: expected {want}, got {device}"
+        assert kind == "device", f"env {env}: return a torch.device, not a {kind}"
 
 
 BAD_ENVS = [

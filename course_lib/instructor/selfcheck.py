@@ -1,8 +1,10 @@
 """The course checking its own graded tests (`python3 course.py test` runs it before the suite).
 
-    python -m course_lib.instructor.selfcheck stubs    every graded test must fail on the untouched stubs
+    python -m course_lib.instructor.selfcheck stubs                  every graded test must fail on the stubs
+    python -m course_lib.instructor.selfcheck wrong-answers [exNN]   every wrong answer must lose points
 
-A graded test that passes on a stub grades nothing.
+A graded test that passes on a stub grades nothing; one that a plausible mistake passes grades too little
+(the wrong answers are in solutions/wrong_answers/, see course_lib/instructor/wrong_answers.py).
 """
 
 from __future__ import annotations
@@ -60,8 +62,12 @@ def stubs_fail() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.instructor.selfcheck", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("check", choices=["stubs"])
-    options = parser.parse_args(argv)
+    parser.add_argument("check", choices=["stubs", "wrong-answers"])
+    options, rest = parser.parse_known_args(argv)
+    if options.check == "wrong-answers":
+        from course_lib.instructor import wrong_answers
+
+        return wrong_answers.main(rest)
     return 0 if stubs_fail() else 1
 
 

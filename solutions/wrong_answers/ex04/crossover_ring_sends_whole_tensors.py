@@ -1,0 +1,15 @@
+"""Times each ring step as a whole-tensor message (S bytes) instead of one chunk of S/n."""
+
+LOSES = ["test_tree_all_reduce_crossover_alpha_beta"]
+
+
+def tree_all_reduce_crossover(world_size, alpha, beta):
+    if world_size < 1 or alpha < 0 or beta <= 0:
+        raise ValueError("need world_size >= 1, alpha >= 0 and beta > 0")
+    n = world_size
+    rounds = math.ceil(math.log2(n)) if n > 1 else 0
+    latency_saved = (n - 1 - rounds) * alpha
+    bandwidth_lost = (rounds - (n - 1)) * beta
+    if latency_saved <= 0 or bandwidth_lost <= 0:
+        return 0.0
+    return latency_saved / bandwidth_lost
