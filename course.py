@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import venv
 from pathlib import Path
 
@@ -42,21 +44,69 @@ def environment_python() -> Path:
     return VENV / "bin" / "python"
 
 
+LOCK = ROOT / "constraints.txt"  # the exact torch and torchvision a fresh environment gets
+
+# Asks the environment's Python, without importing torch (seconds saved), where it lives and which torch it has.
+_PROBE = """
+import sys
+from importlib import metadata
+try:
+    version = metadata.version("torch")
+except metadata.PackageNotFoundError:
+    version = ""
+print(sys.prefix)
+print(version)
+"""
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """(2, 11, 0) from '2.11.0+cu130', '2.11.0rc1' or '2.11'."""
+    match = re.match(r"(\d+(?:\.\d+)*)", version)
+    return tuple(int(part) for part in match.group(1).split(".")) if match else ()
+
+
+def supported_torch() -> tuple[str, str]:
+    """The supported range from pyproject.toml's "torch>=LOW,<HIGH" (a regex: Python 3.10 has no tomllib)."""
+    match = re.search(r'"torch>=([0-9.]+),<([0-9.]+)"', (ROOT / "pyproject.toml").read_text())
+    if not match:
+        sys.exit('[course] pyproject.toml must declare torch as "torch>=LOW,<HIGH"')
+    return match.group(1), match.group(2)
+
+
 def install(python: Path) -> None:
-    """pip-install the course and its pinned packages, skipped when pyproject.toml has not changed."""
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
-    stamp = Path(
-        subprocess.run(
-            [str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    ) / ".multigpu-course-installed"
-    if stamp.exists() and stamp.read_text().strip() == f"{digest} {ROOT}":
+    """pip-install the course, keeping a torch in the supported range that the environment already has.
+
+    A cloud GPU image's own torch (built for its driver) stays; elsewhere torch and torchvision come from
+    constraints.txt. Skipped when nothing that decides the install has changed.
+    """
+    prefix, installed = (subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, check=True)
+                         .stdout.splitlines() + [""])[:2]
+    low, high = supported_torch()
+    keep = bool(installed) and _release(low) <= _release(installed) < _release(high)
+    decided = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()
+                             + (installed if keep else "").encode()).hexdigest()
+    stamp = Path(prefix) / ".multigpu-course-installed"
+    if stamp.exists() and stamp.read_text().strip() == f"{decided} {ROOT}":
         return
-    say("installing the course and its packages (torch 2.14.1 is large: a few minutes the first time)")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", str(ROOT)])
+    with tempfile.TemporaryDirectory() as tmp:
+        if keep:
+            # Freeze the torch that is here: pip may add what is missing (a torchvision for this torch,
+            # jupyterlab, ...) but never replaces torch, and stops with a message if it would have to.
+            constraints = Path(tmp) / "keep-torch.txt"
+            constraints.write_text(f"torch=={installed}\n")
+            say(f"keeping the torch {installed} this environment has (the course supports {low} to below {high}); "
+                "installing the rest")
+        else:
+            constraints = LOCK
+            if installed:
+                say(f"torch {installed} here is outside the supported range ({low} to below {high}): "
+                    "installing the course's own")
+            say("installing the course and its packages (torch is large: a few minutes the first time)")
+        result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                                 "-c", str(constraints), "-e", str(ROOT)])
     if result.returncode != 0:
         sys.exit("[course] pip could not install the course; its message is above.")
-    stamp.write_text(f"{digest} {ROOT}\n")
+    stamp.write_text(f"{decided} {ROOT}\n")
 
 
 def lab(python: Path, extra: list[str]) -> int:

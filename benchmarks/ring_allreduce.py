@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from course_lib.devices import usable_cores  # noqa: E402
-from course_lib.dist import choose_backend, launch  # noqa: E402
+from course_lib.dist import choose_backend, launch, rank_device  # noqa: E402
 from course_lib.tables import print_table  # noqa: E402
 
 SIZES = [2**8, 2**12, 2**16, 2**20, 2**22]  # float32 elements: 1 KiB .. 16 MiB
@@ -47,7 +47,7 @@ def _bench_rank(rank: int, world_size: int, ring, sizes, repeats: int, warmup: i
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = rank_device()  # cuda:LOCAL_RANK under NCCL, else the CPU
 
     def builtin(x):
         y = x.clone()

@@ -8,7 +8,7 @@ import torch
 
 from course_lib.devices import cuda_gpu_count
 
-__all__ = ["choose_backend", "rank_device", "LaunchError"]
+__all__ = ["choose_backend", "process_group_backend", "rank_device", "LaunchError"]
 
 
 class LaunchError(RuntimeError):
@@ -25,7 +25,7 @@ def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, st
     gpus = cuda_gpu_count()
     if backend is None:
         if gpus >= world_size and dist.is_nccl_available():
-            return "nccl", f"NCCL, one CUDA GPU per rank ({gpus} GPUs here)"
+            return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({gpus} GPUs here)"
         if gpus == 0:
             why = "this machine has no CUDA GPU"
         else:
@@ -37,10 +37,20 @@ def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, st
                 f"backend='nccl' needs one CUDA GPU per rank: {world_size} ranks asked for, {gpus} GPUs here. "
                 "Use backend='gloo' (or leave backend=None to choose), or fewer ranks."
             )
-        return "nccl", f"NCCL, one CUDA GPU per rank ({gpus} GPUs here)"
+        return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({gpus} GPUs here)"
     if backend == "gloo":
         return "gloo", "gloo on the CPU (asked for)"
     raise LaunchError(f"backend must be None, 'gloo' or 'nccl', not {backend!r}")
+
+
+def process_group_backend(backend: str) -> str:
+    """The backend string `init_process_group` gets for `backend` (notebook 04).
+
+    NCCL moves only CUDA tensors. A group made with "cpu:gloo,cuda:nccl" has a backend per device type, so the
+    same ranks' CPU tensors (a loss for logging, notebook 00's first program) go through gloo instead of
+    failing with "No backend type associated with device type cpu".
+    """
+    return "cpu:gloo,cuda:nccl" if backend == "nccl" else backend
 
 
 def rank_device() -> torch.device:

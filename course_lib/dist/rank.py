@@ -21,6 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.optim  # noqa: F401 - preloaded in the fork server: the first optimizer step in a rank is then fast
 
+from course_lib.dist.backend import process_group_backend
+
 # Messages on the result pipe start with one of these bytes.
 RESULT, ERROR = b"R", b"E"
 
@@ -101,7 +103,7 @@ def _init_process_group(rank: int, world_size: int, options: RankOptions) -> Non
         device = torch.device("cuda", rank)
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its own GPU
         kwargs["device_id"] = device
-    dist.init_process_group(options.backend, store=store, rank=rank, world_size=world_size,
+    dist.init_process_group(process_group_backend(options.backend), store=store, rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=options.pg_timeout), **kwargs)
     # init_process_group returns on a rank once *its* connections are up, not everyone's: without
     # this barrier a fast rank could finish fn, exit and close its sockets while a slower one is

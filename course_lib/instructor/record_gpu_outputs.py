@@ -3,8 +3,8 @@
     python -m course_lib.instructor.record_gpu_outputs EXECUTED.ipynb [...]
 
 Reads notebooks executed on a GPU machine (for example the ones `../shared/gpu/run.sh` brings back), finds
-each cell that calls `require_gpus(..., record="KEY")` and ran on the GPU (its output starts with the line
-`measured on DEVICE · torch VERSION · DATE`), and stores its printed text under KEY in
+each cell that calls `require_gpus(..., record="KEY")` and ran on the GPU (its output holds the line
+`measured on DEVICE · torch VERSION · DATE`), and stores what it printed after that line under KEY in
 notebooks/recorded_on_gpu.json, with the device, torch version and date. Cells that were skipped, or that
 wrote an error, are left out and said so.
 """
@@ -50,8 +50,10 @@ def records_from(path: Path) -> tuple[dict[str, dict], list[str]]:
             continue
         key = match.group(1)
         text, failed = cell_text(cell)
-        first, _, rest = text.partition("\n")
-        measured = MEASURED.match(first.strip())
+        lines = text.splitlines(keepends=True)
+        start = next((i for i, line in enumerate(lines) if MEASURED.match(line.strip())), None)
+        measured = MEASURED.match(lines[start].strip()) if start is not None else None
+        rest = "".join(lines[start + 1:]) if start is not None else ""
         if failed or not measured:
             skipped.append(f"{key}: {'wrote an error' if failed else 'did not run on a GPU'} in {path.name}")
             continue

@@ -348,3 +348,33 @@ def test_torch_distributed_debug_reaches_the_ranks():
     # torch reads it at import, which the fork server did before the variable existed
     assert launch(_debug_level, 2, quiet=True, env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}) == ["DebugLevel.DETAIL"] * 2
     assert launch(_debug_level, 2, quiet=True) == ["DebugLevel.OFF"] * 2
+
+
+def test_nccl_launches_make_groups_that_also_serve_cpu_tensors():
+    # On a CPU-only machine a NCCL group cannot be created, so this checks the decision with torch's own parser:
+    # the backend string that NCCL launches pass to init_process_group maps CPU tensors to gloo.
+    from torch.distributed.distributed_c10d import Backend, BackendConfig
+
+    from course_lib.dist.backend import process_group_backend
+
+    assert BackendConfig(Backend(process_group_backend("nccl"))).get_device_backend_map() == {
+        "cpu": "gloo", "cuda": "nccl"}
+    assert process_group_backend("gloo") == "gloo"
+
+
+def _cpu_and_cuda_tensors(rank, world_size):
+    import torch.distributed as dist
+
+    from course_lib.dist import rank_device
+
+    on_cpu, on_gpu = torch.ones(2), torch.ones(2, device=rank_device())
+    dist.all_reduce(on_cpu)  # through gloo
+    dist.all_reduce(on_gpu)  # through NCCL
+    return {"cpu": on_cpu, "gpu": on_gpu, "device": str(rank_device())}
+
+
+@pytest.mark.gpu(1)
+def test_one_gpu_launch_runs_collectives_on_cpu_and_cuda_tensors():
+    (result,) = launch(_cpu_and_cuda_tensors, 1, quiet=True)  # one GPU: launch picks NCCL
+    assert result["device"] == "cuda:0"
+    assert torch.equal(result["cpu"], torch.ones(2)) and torch.equal(result["gpu"], torch.ones(2))

@@ -32,7 +32,8 @@ def records(tmp_path, monkeypatch):
 
 
 def test_a_gpu_run_is_recorded_with_its_device_torch_and_date(tmp_path, records):
-    notebook = _executed(tmp_path, [_stream("measured on NVIDIA H100 80GB HBM3 · torch 2.11.0+cu130 · 2026-11-20\n"
+    notebook = _executed(tmp_path, [_stream("the same on the CPU: 5 ms\n"),  # a CPU part before the GPU one
+                                    _stream("measured on NVIDIA H100 80GB HBM3 · torch 2.11.0+cu130 · 2026-11-20\n"
                                             "pinned 53.6 GB/s\n")])
     assert record_gpu_outputs.main([str(notebook)]) == 0
     saved = json.loads(records.read_text())["01/copy"]
@@ -61,3 +62,10 @@ def test_without_a_gpu_the_cell_shows_the_record_labelled_as_recorded(records, m
     assert "│ pinned 53.6 GB/s" in out
     devices.require_gpus(1, "time a copy", record="01/never-run")
     assert "No GPU run of this cell has been recorded yet" in capsys.readouterr().out
+
+
+def test_the_committed_records_are_well_formed():
+    records = recorded.load_records()
+    for key, record in records.items():
+        assert {"device", "torch", "date", "text"} <= set(record), key
+        assert key.split("/")[0].isdigit(), f"{key}: keys are NN/name, NN the notebook's number"

@@ -1,4 +1,5 @@
-"""pyproject.toml (pip, the README's commands) and environment.yml (conda, cloud GPUs) pin the same packages."""
+"""pyproject.toml (the supported range), constraints.txt (the exact torch of a fresh environment) and
+environment.yml (conda, cloud GPUs) agree."""
 
 from __future__ import annotations
 
@@ -34,26 +35,46 @@ def _environment_yml() -> dict[str, str]:
     return dict(_normalise(r) for r in pip_lines if not r.startswith("-e"))
 
 
-def test_both_lists_agree():
-    assert _pyproject() == _environment_yml()
+def _lock() -> dict[str, str]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    return dict(_normalise(line) for line in lines if line.strip() and not line.startswith("#"))
 
 
-def test_torch_and_torchvision_are_pinned_exactly():
-    pins = _pyproject()
-    assert pins["torch"] == "==2.14.1"
-    assert pins["torchvision"] == "==0.29.1"
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.match(r"\d+(?:\.\d+)*", version).group(0).split("."))
+
+
+def _in_range(version: str, spec: str) -> bool:
+    low, high = re.fullmatch(r">=([0-9.]+),<([0-9.]+)", spec).groups()
+    return _release(low) <= _release(version) < _release(high)
+
+
+def test_environment_yml_is_pyproject_with_the_locked_torch():
+    assert _environment_yml() == {**_pyproject(), **_lock()}
+
+
+def test_the_lock_pins_torch_and_torchvision_exactly_inside_the_supported_range():
+    lock, ranges = _lock(), _pyproject()
+    assert set(lock) == {"torch", "torchvision"}
+    for name, pin in lock.items():
+        assert pin.startswith("==") and _in_range(pin[2:], ranges[name]), (name, pin, ranges[name])
+
+
+def test_the_supported_range_starts_at_the_torch_seen_on_gpu_images():
+    assert _in_range("2.11.0", _pyproject()["torch"])  # torch 2.11.0+cu130 on the lent H100 image
 
 
 def test_the_core_packages_are_there():
     assert {"torch", "torchvision", "jupyterlab", "ipywidgets", "matplotlib", "pytest"} <= set(_pyproject())
 
 
-def test_the_installed_versions_are_the_pinned_ones():
+def test_the_installed_versions_are_in_the_supported_range():
     import torch
     import torchvision
 
-    assert torch.__version__.split("+")[0] == "2.14.1"
-    assert torchvision.__version__.split("+")[0] == "0.29.1"
+    ranges = _pyproject()
+    assert _in_range(torch.__version__, ranges["torch"]), torch.__version__
+    assert _in_range(torchvision.__version__, ranges["torchvision"]), torchvision.__version__
 
 
 def test_ci_runs_the_readme_test_command():
