@@ -5,6 +5,10 @@
     python3 course.py test    install the course (once) and run every test, as CI does
     python3 course.py check ex01   grade your own exercises/ex01_*.py in the terminal
 
+`test` passes what follows it to pytest: `-m browser` runs only the browser tests (every lesson in
+JupyterLab in headless Chromium), `-m "not browser"` everything else. The browser tests need the
+Python package playwright and Chromium: `test` installs them when they are asked for, and says so.
+
 Only the standard library is used here, so this runs on a fresh Python 3.10+.
 The course installs into the active virtual or conda environment; with none
 active it creates `.venv/` beside this file and uses that.
@@ -14,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shutil
 import subprocess
 import sys
 import venv
@@ -21,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
+BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the browser tests: playwright
+# Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
+CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 
 
 def say(message: str) -> None:
@@ -42,21 +51,80 @@ def environment_python() -> Path:
     return VENV / "bin" / "python"
 
 
-def install(python: Path) -> None:
-    """pip-install the course and its pinned packages, skipped when pyproject.toml has not changed."""
+def install(python: Path, extras: tuple[str, ...] = ()) -> None:
+    """pip-install the course and its pinned packages (with `extras`), skipped when pyproject.toml has not changed."""
     digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     stamp = Path(
         subprocess.run(
             [str(python), "-c", "import sys; print(sys.prefix)"], capture_output=True, text=True, check=True
         ).stdout.strip()
     ) / ".multigpu-course-installed"
-    if stamp.exists() and stamp.read_text().strip() == f"{digest} {ROOT}":
+    done = stamp.read_text().split() if stamp.exists() else []  # digest, root, then the extras installed
+    if done[:2] == [digest, str(ROOT)] and set(extras) <= set(done[2:]):
         return
-    say("installing the course and its packages (torch 2.14.1 is large: a few minutes the first time)")
-    result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", str(ROOT)])
+    if done[:2] != [digest, str(ROOT)]:
+        say("installing the course and its packages (torch 2.14.1 is large: a few minutes the first time)")
+        done = [digest, str(ROOT)]
+    for extra in extras:
+        if extra not in done[2:]:
+            say(f"installing what the {extra} tests need: the Python package "
+                f"{', '.join(optional_dependencies().get(extra, [])) or extra} (pip)")
+    wanted = sorted(set(done[2:]) | set(extras))
+    target = f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)
+    result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", "-e", target])
     if result.returncode != 0:
         sys.exit("[course] pip could not install the course; its message is above.")
-    stamp.write_text(f"{digest} {ROOT}\n")
+    stamp.write_text(" ".join([digest, str(ROOT), *wanted]) + "\n")
+
+
+def optional_dependencies() -> dict[str, list[str]]:
+    """pyproject.toml's [project.optional-dependencies], read without tomllib (Python 3.10 has none)."""
+    found: dict[str, list[str]] = {}
+    inside = False
+    for line in (ROOT / "pyproject.toml").read_text().splitlines():
+        if line.startswith("["):
+            inside = line.strip() == "[project.optional-dependencies]"
+        elif inside and "=" in line and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            found[name.strip()] = re.findall(r'"([^"]+)"', value)
+    return found
+
+
+def wants_browser_tests(pytest_args: list[str]) -> bool:
+    """False when pytest's -m expression leaves the browser tests out (e.g. -m "not browser")."""
+    for i, arg in enumerate(pytest_args):
+        expression = pytest_args[i + 1] if arg == "-m" and i + 1 < len(pytest_args) else (
+            arg[2:] if arg.startswith("-m") and arg != "-m" else None)
+        if expression is not None and re.search(r"\bnot\s+browser\b", expression):
+            return False
+    return True
+
+
+def chromium() -> str | None:
+    for candidate in CHROMIUM:
+        found = candidate if os.access(candidate, os.X_OK) else shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def prepare_browser() -> None:
+    """Chromium for the browser tests: apt-get installs Debian's where it is missing and we are root (CI);
+    otherwise say that those tests will be skipped, and the command that would install it."""
+    if chromium():
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        say("installing Debian's chromium for the browser tests (apt-get install -y chromium)")
+        quiet = {"stdout": subprocess.DEVNULL, "env": {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}}
+        if subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], **quiet)  # a fresh machine may have no package lists yet
+            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
+        if not chromium():
+            sys.exit("[course] apt-get could not install chromium, which the browser tests need (its message is "
+                     "above); skip those tests with:  python3 course.py test -m \"not browser\"")
+        return
+    say("Chromium is missing, so the browser tests will be SKIPPED. To run them, install it "
+        "(Debian/Ubuntu: sudo apt-get install -y chromium) and run this again.")
 
 
 def lab(python: Path, extra: list[str]) -> int:
@@ -76,7 +144,10 @@ def main(argv: list[str]) -> int:
         return 2
     command, extra = argv[0], argv[1:]
     python = environment_python()
-    install(python)
+    browser = command == "test" and wants_browser_tests(extra)
+    install(python, (BROWSER_EXTRA,) if browser else ())
+    if browser:
+        prepare_browser()
     if command == "lab":
         return lab(python, extra)
     if command == "check":
