@@ -106,14 +106,15 @@ class CheckResult:
 
     def _repr_html_(self) -> str:
         colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "not graded": "#6e7781"}
-        nowrap = "white-space:nowrap"  # "✘ FAILED", "0 / 6" and a test's name never break over two lines
+        # "✘ FAILED", "0 / 6" and a test's name never break over two lines (JupyterLab's <code> wraps by default)
+        nowrap = "white-space:nowrap"
         # Rows that share a message share a shade too (JupyterLab's own stripes alternate row by row).
         shades = ["var(--jp-layout-color0, #fff)", "var(--jp-rendermime-table-row-background, #f5f5f5)"]
         body, group = [], -1
         for name, mark, points, message, span in self._shown_rows():
             group += span > 0
             icon = "✔ " if mark == "passed" else "✘ " if mark == "FAILED" else ""
-            cells = (f"<td style='text-align:left;{nowrap}'><code>{html.escape(name)}</code></td>"
+            cells = (f"<td style='text-align:left'><code style='{nowrap}'>{html.escape(name)}</code></td>"
                      f"<td style='color:{colour.get(mark, '#9a6700')};font-weight:bold;{nowrap}'>{icon}{mark}</td>"
                      f"<td style='{nowrap}'>{html.escape(points)}</td>")
             if span:  # one cell for a run of rows with the same message

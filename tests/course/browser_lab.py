@@ -306,9 +306,10 @@ class NotebookRun:
     wrapped_text: dict[int, list[str]] = field(default_factory=dict)  # cell -> text lines the page broke
     figure_results: list[int] = field(default_factory=list)   # cells whose figure came as an Out[n]: result
     check_table: list[list[str]] = field(default_factory=list)    # the check cell's table: rows of cell texts
-    check_table_wrapped: list[str] = field(default_factory=list)  # result/points cells broken over two lines
+    check_table_wrapped: list[str] = field(default_factory=list)  # test, result, points cells on two lines
     check_table_overflows: bool = False                       # wider than the output area
     cell_seconds: dict[int, float] = field(default_factory=dict)  # from the saved notebook's recordTiming metadata
+    load_per_core: float = 0.0                                # 1-minute load average / cores, after the run
     cells_in_page: int = 0
     saved: bool = False
     screenshot: Path | None = None
@@ -414,6 +415,7 @@ def run_notebook_in_browser(lab: Lab, browser, notebook: str, screenshot: str | 
         page.get_by_role("menuitem", name=re.compile(r"^Run All Cells")).click()
         outcome = _wait_until_done(page, timeout, run)
         phase("run")
+        run.load_per_core = round(os.getloadavg()[0] / len(os.sched_getaffinity(0)), 2)
         run.timed_out = outcome == "timeout"
         run.stopped = "" if outcome in ("done", "timeout") else outcome
         if outcome == "done":
@@ -567,7 +569,7 @@ _SCAN = r"""() => {
         tables: [...o.querySelectorAll('table')].map(t => ({
           rows: [...t.querySelectorAll('tr')].map(r => [...r.children].map(c => c.innerText.trim())),
           wrapped: [...t.querySelectorAll('tr')].slice(1)
-                     .flatMap(r => [...r.children].slice(1, 3)).filter(c => lines(c) > 1).map(c => c.innerText),
+                     .flatMap(r => [...r.children].slice(0, 3)).filter(c => lines(c) > 1).map(c => c.innerText),
           overflows: t.scrollWidth > o.clientWidth + 1,
         })),
       };
