@@ -546,10 +546,17 @@ def _save(page, path: Path, timeout: float = 30) -> bool:
 # One pass over the page: per cell, its prompt and outputs; per output, its mime type, text, widget views,
 # whether its text wraps (more lines on screen than in the text), and its tables with the cells that wrap.
 _SCAN = r"""() => {
-  const lines = el => {   // how many lines an element's text takes on screen
-    const range = document.createRange();
-    range.selectNodeContents(el);
-    return new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.bottom))).size;
+  const lines = el => {   // how many lines an element's text takes on screen: clusters of its text's boxes
+    const centres = [];
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!node.textContent.trim()) continue;
+      const range = document.createRange();
+      range.selectNodeContents(node);
+      for (const r of range.getClientRects()) if (r.width > 0) centres.push(r.top + r.height / 2);
+    }
+    centres.sort((a, b) => a - b);
+    return centres.filter((c, i) => i === 0 || c - centres[i - 1] > 6).length;
   };
   const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')];
   return cells.map(cell => ({
