@@ -85,3 +85,26 @@ def test_pictures_show_without_an_out_prompt(monkeypatch):
     assert raw and base64.b64decode(data["image/png"]).startswith(b"\x89PNG")
     assert isinstance(diagrams.draw_ring_all_reduce(4), diagrams.Picture)
     assert isinstance(diagrams.draw_barrier([0.1, 0.3]), diagrams.Picture)
+
+
+def _exits_early(rank, world_size):
+    import os
+
+    if rank == 1:
+        os._exit(0)
+    return rank
+
+
+def _returns_a_lock(rank, world_size):
+    import threading
+
+    return threading.Lock()
+
+
+@pytest.mark.parametrize("fn", [_exits_early, _returns_a_lock])
+def test_launch_failures_fit_a_notebook_line(fn):
+    from course_lib.dist import launch
+
+    with pytest.raises(RankFailed) as info:
+        launch(fn, 2, quiet=True, timeout=60)
+    assert _longest_line(str(info.value)) <= WIDTH, str(info.value)
