@@ -87,3 +87,26 @@ def test_course_py_and_the_browser_tests_agree_on_playwright_and_chromium():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert course.optional_dependencies() == extras and extras[course.BROWSER_EXTRA][0].startswith("playwright")
     assert course.CHROMIUM == browser_lab.CHROMIUM_CANDIDATES
+
+
+def test_without_root_a_missing_chromium_is_reported_and_the_browser_tests_skipped(monkeypatch, capsys):
+    course = _course_py()
+    monkeypatch.setattr(course, "chromium", lambda: None)
+    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(course.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    course.prepare_browser()
+    out = capsys.readouterr().out
+    assert "browser tests will be SKIPPED" in out and "sudo apt-get install -y chromium" in out
+
+
+def test_as_root_a_missing_chromium_is_installed_with_apt_get_and_said_so(monkeypatch, capsys):
+    course = _course_py()
+    ran = []
+    monkeypatch.setattr(course, "chromium", lambda: "/usr/lib/chromium/chromium" if ran else None)
+    monkeypatch.setattr(course.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(course.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(course.subprocess, "run",
+                        lambda command, **kwargs: ran.append(command) or subprocess.CompletedProcess(command, 0))
+    course.prepare_browser()
+    assert ran == [["apt-get", "install", "-y", "-q", "chromium"]]
+    assert "installing Debian's chromium for the browser tests" in capsys.readouterr().out
