@@ -281,9 +281,8 @@ class _Launch:
             self.results[rank] = _decode_result(body, self.job.plain_results)
         except Exception as exc:  # noqa: BLE001
             first = str(exc).splitlines()[0] if str(exc) else ""
-            self._fail(rank, textwrap.fill(
-                f"its return value could not be brought back as plain data ({type(exc).__name__}: {first}). "
-                "Return tensors, numbers, strings, lists, tuples or dicts of those.", WIDTH))
+            self._fail(rank, f"its return value could not be brought back as plain data ({type(exc).__name__}: "
+                             f"{first}). Return tensors, numbers, strings, lists, tuples or dicts of those.")
 
     def _on_exit(self, rank: int) -> None:
         self.exited.add(rank)
@@ -294,9 +293,8 @@ class _Launch:
         code = self.processes[rank].exitcode
         if rank not in self.results:
             how = f"was killed by signal {-code}" if code is not None and code < 0 else f"exited with code {code}"
-            self._fail(rank, textwrap.fill(f"the rank process {how} without returning a result (os._exit(), a "
-                                           "crash, or running out of memory).", WIDTH)
-                       + "\nA rank must return; exiting early counts as a failure.")
+            self._fail(rank, f"the rank process {how} without returning a result (os._exit(), a crash, or "
+                             "running out of memory). A rank must return; exiting early counts as a failure.")
         elif code != 0:
             self._fail(rank, f"it returned, then its process exited with code {code}")
 

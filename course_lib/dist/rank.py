@@ -11,7 +11,6 @@ import io
 import os
 import signal
 import sys
-import textwrap
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
@@ -125,14 +124,14 @@ def _run(rank: int, world_size: int, payload: bytes, options: RankOptions) -> tu
         try:
             return RESULT + encode_result(value, options.plain_results), initialised
         except Exception as exc:  # noqa: BLE001
-            return ERROR + (textwrap.fill(
+            return ERROR + (
                 f"its return value (a {type(value).__name__}) could not be sent back: {type(exc).__name__}: {exc}. "
-                "Return tensors, numbers, strings, or lists, tuples and dicts of those.", 100) + "\n"
+                "Return tensors, numbers, strings, or lists, tuples and dicts of those.\n"
             ).encode(), initialised
     except SystemExit as exc:
         return ERROR + (
-            f"rank {rank} called sys.exit({exc.code!r}).\n"
-            "A rank must return its result; exiting early counts as a failure.\n"
+            f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "
+            "exiting early counts as a failure.\n"
         ).encode(), initialised
     except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt included, goes back to the parent
         # Leave out this module's own frame: the traceback starts in the learner's code.
