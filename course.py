@@ -5,6 +5,10 @@
     python3 course.py test    install the course (once) and run every test, as CI does
     python3 course.py check ex01   grade your own exercises/ex01_*.py in the terminal
 
+`test` passes what follows it to pytest: `-m browser` runs only the browser tests (every lesson in
+JupyterLab in headless Chromium), `-m "not browser"` everything else. The browser tests need the
+Python package playwright and Chromium: `test` installs them when they are asked for, and says so.
+
 Only the standard library is used here, so this runs on a fresh Python 3.10+.
 The course installs into the active virtual or conda environment; with none
 active it creates `.venv/` beside this file and uses that.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -23,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
+BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the browser tests: playwright
+# Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
+CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 
 
 def say(message: str) -> None:
@@ -73,11 +81,12 @@ def supported_torch() -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def install(python: Path) -> None:
-    """pip-install the course, keeping a torch in the supported range that the environment already has.
+def install(python: Path, extras: tuple[str, ...] = ()) -> None:
+    """pip-install the course (with pyproject.toml's optional `extras`), keeping a torch in the supported range
+    that the environment already has.
 
     A cloud GPU image's own torch (built for its driver) stays; elsewhere torch and torchvision come from
-    constraints.txt. Skipped when nothing that decides the install has changed.
+    constraints.txt. Skipped when nothing that decides the install has changed and the extras are there.
     """
     prefix, installed = (subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, check=True)
                          .stdout.splitlines() + [""])[:2]
@@ -86,8 +95,17 @@ def install(python: Path) -> None:
     decided = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()
                              + (installed if keep else "").encode()).hexdigest()
     stamp = Path(prefix) / ".multigpu-course-installed"
-    if stamp.exists() and stamp.read_text().strip() == f"{decided} {ROOT}":
+    done = stamp.read_text().split() if stamp.exists() else []  # decided, root, then the extras installed
+    if done[:2] == [decided, str(ROOT)] and set(extras) <= set(done[2:]):
         return
+    if done[:2] != [decided, str(ROOT)]:
+        done = [decided, str(ROOT)]
+    for extra in extras:
+        if extra not in done[2:]:
+            say(f"installing what the {extra} tests need: the Python package "
+                f"{', '.join(optional_dependencies().get(extra, [])) or extra} (pip)")
+    wanted = sorted(set(done[2:]) | set(extras))
+    target = f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)
     with tempfile.TemporaryDirectory() as tmp:
         if keep:
             # Freeze the torch that is here: pip may add what is missing (a torchvision for this torch,
@@ -103,10 +121,60 @@ def install(python: Path) -> None:
                     "installing the course's own")
             say("installing the course and its packages (torch is large: a few minutes the first time)")
         result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                                 "-c", str(constraints), "-e", str(ROOT)])
+                                 "-c", str(constraints), "-e", target])
     if result.returncode != 0:
         sys.exit("[course] pip could not install the course; its message is above.")
-    stamp.write_text(f"{decided} {ROOT}\n")
+    stamp.write_text(" ".join([decided, str(ROOT), *wanted]) + "\n")
+
+
+def optional_dependencies() -> dict[str, list[str]]:
+    """pyproject.toml's [project.optional-dependencies], read without tomllib (Python 3.10 has none)."""
+    found: dict[str, list[str]] = {}
+    inside = False
+    for line in (ROOT / "pyproject.toml").read_text().splitlines():
+        if line.startswith("["):
+            inside = line.strip() == "[project.optional-dependencies]"
+        elif inside and "=" in line and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            found[name.strip()] = re.findall(r'"([^"]+)"', value)
+    return found
+
+
+def wants_browser_tests(pytest_args: list[str]) -> bool:
+    """False when pytest's -m expression leaves the browser tests out (e.g. -m "not browser")."""
+    for i, arg in enumerate(pytest_args):
+        expression = pytest_args[i + 1] if arg == "-m" and i + 1 < len(pytest_args) else (
+            arg[2:] if arg.startswith("-m") and arg != "-m" else None)
+        if expression is not None and re.search(r"\bnot\s+browser\b", expression):
+            return False
+    return True
+
+
+def chromium() -> str | None:
+    for candidate in CHROMIUM:
+        found = candidate if os.access(candidate, os.X_OK) else shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
+def prepare_browser() -> None:
+    """Chromium for the browser tests: apt-get installs Debian's where it is missing and we are root (CI);
+    otherwise say that those tests will be skipped, and the command that would install it."""
+    if chromium():
+        return
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        say("installing Debian's chromium for the browser tests (apt-get install -y chromium)")
+        quiet = {"stdout": subprocess.DEVNULL, "env": {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}}
+        if subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], **quiet)  # a fresh machine may have no package lists yet
+            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
+        if not chromium():
+            sys.exit("[course] apt-get could not install chromium, which the browser tests need (its message is "
+                     "above); skip those tests with:  python3 course.py test -m \"not browser\"")
+        return
+    say("Chromium is missing, so the browser tests will be SKIPPED. To run them, install it "
+        "(Debian/Ubuntu: sudo apt-get install -y chromium) and run this again.")
 
 
 def lab(python: Path, extra: list[str]) -> int:
@@ -126,7 +194,10 @@ def main(argv: list[str]) -> int:
         return 2
     command, extra = argv[0], argv[1:]
     python = environment_python()
-    install(python)
+    browser = command == "test" and wants_browser_tests(extra)
+    install(python, (BROWSER_EXTRA,) if browser else ())
+    if browser:
+        prepare_browser()
     if command == "lab":
         return lab(python, extra)
     if command == "check":

@@ -79,23 +79,52 @@ class CheckResult:
     def summary(self) -> str:
         return f"{self.exercise}: {self.earned:g} / {self.possible:g} points"
 
+    def _shown_rows(self) -> list[tuple[str, str, str, str, int]]:
+        """rows() as the tables show them, (test, result, points, message, span), each message once: rows in a run
+        with the same message share the first one's cell (span = the run's length, 0 for the others), and a
+        message already shown further up reads "(same as above)"."""
+        shown: list[list] = []
+        seen: set[str] = set()
+        run_message, run_start = None, 0
+        for name, mark, points, message in self.rows():
+            if message and message == run_message:
+                shown[run_start][4] += 1
+                shown.append([name, mark, points, message, 0])
+                continue
+            shown.append([name, mark, points, "(same as above)" if message in seen else message, 1])
+            run_message, run_start = message, len(shown) - 1
+            if message:
+                seen.add(message)
+        return [tuple(row) for row in shown]
+
     def __str__(self) -> str:
-        rows = [(n, m, p, (msg[:100] + "…") if len(msg) > 100 else msg) for n, m, p, msg in self.rows()]
+        rows = []
+        for name, mark, points, message, span in self._shown_rows():
+            message = "  〃" if span == 0 else (message[:100] + "…") if len(message) > 100 else message
+            rows.append((name, mark, points, message))
         return f"{format_table(['test', 'result', 'points', 'message'], rows)}\n{self.summary()}"
 
     def _repr_html_(self) -> str:
         colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "not graded": "#6e7781"}
-        body = "".join(
-            f"<tr><td style='text-align:left'><code>{html.escape(n)}</code></td>"
-            f"<td style='color:{colour.get(m, '#9a6700')};font-weight:bold'>"
-            f"{'✔ ' if m == 'passed' else '✘ ' if m == 'FAILED' else ''}{m}</td>"
-            f"<td>{html.escape(p)}</td><td style='text-align:left'>{html.escape(msg)}</td></tr>"
-            for n, m, p, msg in self.rows()
-        )
+        # "✘ FAILED", "0 / 6" and a test's name never break over two lines (JupyterLab's <code> wraps by default)
+        nowrap = "white-space:nowrap"
+        # Rows that share a message share a shade too (JupyterLab's own stripes alternate row by row).
+        shades = ["var(--jp-layout-color0, #fff)", "var(--jp-rendermime-table-row-background, #f5f5f5)"]
+        body, group = [], -1
+        for name, mark, points, message, span in self._shown_rows():
+            group += span > 0
+            icon = "✔ " if mark == "passed" else "✘ " if mark == "FAILED" else ""
+            cells = (f"<td style='text-align:left'><code style='{nowrap}'>{html.escape(name)}</code></td>"
+                     f"<td style='color:{colour.get(mark, '#9a6700')};font-weight:bold;{nowrap}'>{icon}{mark}</td>"
+                     f"<td style='{nowrap}'>{html.escape(points)}</td>")
+            if span:  # one cell for a run of rows with the same message
+                cells += (f"<td rowspan='{span}' style='text-align:left;vertical-align:middle'>"
+                          f"{html.escape(message)}</td>")
+            body.append(f"<tr style='background:{shades[group % 2]}'>{cells}</tr>")
         return (
             f"<b>{html.escape(self.summary())}</b>"
-            "<table><tr><th style='text-align:left'>test</th><th>result</th><th>points</th>"
-            f"<th style='text-align:left'>message</th></tr>{body}</table>"
+            "<table><tr><th style='text-align:left'>test</th><th style='text-align:left'>result</th><th>points</th>"
+            f"<th style='text-align:left'>message</th></tr>{''.join(body)}</table>"
         )
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import platform
+import textwrap
 from dataclasses import dataclass, field
 
 import torch
@@ -31,6 +32,12 @@ __all__ = [
 ]
 
 GiB = 2**30
+WIDTH = 100  # characters: a notebook's output area shows about 115 at 1280 px before it breaks lines mid-word
+
+
+def _say(text: str) -> None:
+    """Print `text` with each paragraph line folded at WIDTH characters, between words."""
+    print("\n".join(textwrap.fill(line, WIDTH) if line else "" for line in text.splitlines()))
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ def print_hardware_report(report: HardwareReport | None = None) -> None:
     print(f"torch.distributed backends built in: {backends}")
     print()
     for line in _what_is_real(report):
-        print(line)
+        _say(line)
 
 
 def pick_device() -> tuple[torch.device, str]:
@@ -170,8 +177,8 @@ def require_gpus(n: int, what: str, record: str | None = None) -> bool:
 
             print(measured_here())
         return True
-    print(f"This cell needs {n} CUDA GPU{'s' if n > 1 else ''} to {what}; this machine has {have}. "
-          "Skipping it; on a GPU machine it runs as written.")
+    _say(f"Skipped: this cell needs {n} CUDA GPU{'s' if n > 1 else ''} and this machine has {have}.\n"
+         f"On a GPU machine it runs as written, to {what}.")
     if record:
         from course_lib.recorded import show_recorded
 
@@ -189,8 +196,8 @@ def gpu_memory_report(devices: list[int] | None = None) -> list[dict]:
 
     have = cuda_gpu_count()
     if have == 0:
-        print("No CUDA GPU here, so there is no GPU memory to report. (On the CPU, tensors live in ordinary RAM; "
-              "count their bytes with t.numel() * t.element_size().)")
+        _say("No CUDA GPU here, so there is no GPU memory to report.\n"
+             "On the CPU, tensors live in ordinary RAM: count their bytes with t.numel() * t.element_size().")
         return []
     rows, out = [], []
     for i in devices if devices is not None else range(have):

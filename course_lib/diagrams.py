@@ -5,8 +5,9 @@
     draw_ring_all_reduce(world_size=4)                 the ring algorithm, step by step
     draw_barrier(arrivals)                             ranks arrive at different times, leave together
 
-Each function returns a matplotlib `Figure` (not a pyplot one, so a notebook shows it exactly once
-and nothing accumulates); in a script, call `fig.savefig(path)`.
+Each function returns a matplotlib `Figure` (not a pyplot one, so nothing accumulates); a notebook shows
+it once, as a picture without an `Out[n]:` prompt, whether it ends the cell or is passed to `display`.
+In a script, call `fig.savefig(path)`.
 
 A rank's data is drawn as a row of cells. A cell is a label, a `Cell`, or None (nothing there).
 Letters name the rank a piece comes from (A from rank 0, B from rank 1, ...), digits name the
@@ -22,7 +23,7 @@ from typing import Sequence, Union
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-__all__ = ["Cell", "draw_collective", "collective_picture", "COLLECTIVES", "ring_all_reduce_states",
+__all__ = ["Cell", "Picture", "draw_collective", "collective_picture", "COLLECTIVES", "ring_all_reduce_states",
            "draw_ring_all_reduce", "draw_barrier", "rank_letter"]
 
 # One colour per source rank (colour-blind-safe Okabe–Ito palette), gold for reduced values.
@@ -41,6 +42,19 @@ class Cell:
 
 
 CellLike = Union[str, Cell, None]
+
+
+class Picture(Figure):
+    """A matplotlib Figure that a notebook shows as a plain picture, without an `Out[n]:` prompt (notebook 04)."""
+
+    def _ipython_display_(self) -> None:
+        # IPython calls this instead of formatting the cell's value as a result: the PNG goes out as display
+        # data, the way plt.show() shows a figure, so no "Out[n]:" is printed beside it.
+        from IPython.core.pylabtools import print_figure
+        from IPython.display import display
+
+        display({"image/png": print_figure(self, "png", bbox_inches="tight", base64=True),
+                 "text/plain": f"<picture: {self.get_suptitle() or 'figure'}>"}, raw=True)
 
 
 def rank_letter(rank: int) -> str:
@@ -80,10 +94,10 @@ def _draw_ranks(ax, rows: Sequence[Sequence[CellLike]], title: str, width: int, 
             light = len(cell.sources) == 1 and cell.sources[0] % len(PALETTE) in (1, 4, 6)
             ax.add_patch(Rectangle((i, y), 0.92, 0.8, facecolor=_colour(cell),
                                    edgecolor="black", linewidth=2.5 if cell.highlight else 0.8))
-            size = 10 if len(cell.label) <= 3 else 8 if len(cell.label) <= 5 else 6.5
+            size = 11 if len(cell.label) <= 3 else 9 if len(cell.label) <= 4 else 7.5 if len(cell.label) <= 6 else 6.5
             ax.text(i + 0.46, y + 0.4, cell.label, ha="center", va="center", fontsize=size,
                     color="black" if light or len(cell.sources) != 1 else "white", fontweight="bold")
-    ax.set_xlim(-1.3, width + 0.05)  # the same on every panel, labelled or not, so cells keep one size
+    ax.set_xlim(-1.3 if show_rank_labels else -0.05, width + 0.05)  # labels get 1.25 units of room to the left
     ax.set_ylim(-0.2, n)
     ax.set_title(title, fontsize=11)
     ax.set_axis_off()
@@ -94,25 +108,33 @@ def draw_collective(
     after: Sequence[Sequence[CellLike]],
     title: str = "",
     note: str = "",
-) -> Figure:
-    """A before/after picture: one row of cells per rank on each side, an arrow between (notebook 04).
+    arrow: str = "",
+) -> Picture:
+    """A before/after picture: one row of cells per rank on each side, a labelled arrow between (notebook 04).
 
     before[r] and after[r] are the cells rank r holds; a cell is a label like "A2", a `Cell`, or None.
+    `arrow` is written over the arrow (e.g. the call that turns before into after).
     """
     if len(before) != len(after):
         raise ValueError(f"before has {len(before)} ranks but after has {len(after)}")
     width = max([len(r) for r in [*before, *after]] + [1])
     n = len(before)
-    fig = Figure(figsize=(2.2 + 1.25 * width, 0.55 * n + (1.25 if note else 0.95)), layout="constrained")
-    left, right = fig.subplots(1, 2, gridspec_kw={"wspace": 0.08})
+    fig = Picture(figsize=(3.6 + 1.25 * width, 0.55 * n + (1.3 if note else 1.0)), layout="constrained")
+    left, middle, right = fig.subplots(1, 3, gridspec_kw={"width_ratios": [width + 1.35, 2.1, width + 1.35]})
     _draw_ranks(left, before, "before", width)
-    _draw_ranks(right, after, "after", width, show_rank_labels=False)
-    fig.add_artist(FancyArrowPatch((0.5, 0.45), (0.53, 0.45), transform=fig.transFigure,
-                                   arrowstyle="-|>", mutation_scale=18, color="#444444"))
+    _draw_ranks(right, after, "after", width)
+    middle.set_xlim(0, 1)
+    middle.set_ylim(-0.2, n)
+    middle.set_axis_off()
+    middle.add_patch(FancyArrowPatch((0.04, n / 2 - 0.1), (0.96, n / 2 - 0.1), arrowstyle="-|>", mutation_scale=22,
+                                     linewidth=2.2, color="#444444"))
+    if arrow:
+        middle.text(0.5, n / 2 + 0.15, arrow, ha="center", va="bottom", fontsize=9.5, family="monospace",
+                    color="#222222")
     if title:
         fig.suptitle(title, fontsize=12, fontweight="bold")
     if note:
-        fig.supxlabel(note, fontsize=9, color="#444444")
+        fig.supxlabel(note, fontsize=9.5, color="#444444")
     return fig
 
 
@@ -154,12 +176,17 @@ def _collective_states(name: str, n: int, root: int) -> tuple[list, list, str]:
 COLLECTIVES = ("broadcast", "reduce", "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "scatter", "gather")
 
 
-def collective_picture(name: str, world_size: int = 4, root: int = 0) -> Figure:
+_CALLS = {"broadcast": "src={root}", "reduce": "dst={root}", "all_reduce": "op=SUM", "scatter": "src={root}",
+          "gather": "dst={root}", "reduce_scatter": "op=SUM"}
+
+
+def collective_picture(name: str, world_size: int = 4, root: int = 0) -> Picture:
     """The before/after picture of collective `name` (one of COLLECTIVES) in `world_size` ranks (notebook 04)."""
     if world_size < 1:
         raise ValueError(f"world_size must be at least 1, not {world_size}")
     before, after, note = _collective_states(name, world_size, root)
-    return draw_collective(before, after, f"dist.{name}", note)
+    call = f"{name}({_CALLS.get(name, '').format(root=root)})"
+    return draw_collective(before, after, f"dist.{name}", note, arrow=call)
 
 
 def ring_all_reduce_states(world_size: int) -> list[tuple[str, list[list[Cell]]]]:
@@ -201,28 +228,33 @@ def ring_all_reduce_states(world_size: int) -> list[tuple[str, list[list[Cell]]]
     return states
 
 
-def draw_ring_all_reduce(world_size: int = 4) -> Figure:
-    """The ring all-reduce as a strip of panels: every rank's chunks after each step (notebook 04)."""
+def draw_ring_all_reduce(world_size: int = 4) -> Picture:
+    """The ring all-reduce, step by step: reduce-scatter steps on the top row, all-gather on the bottom (notebook 04)."""
     states = ring_all_reduce_states(world_size)
     n = world_size
-    fig = Figure(figsize=(1.0 + (0.5 * n + 0.35) * len(states), 0.5 * n + 1.5), layout="constrained")
-    axes = fig.subplots(1, len(states))
-    for index, (ax, (caption, rows)) in enumerate(zip(axes, states)):
-        _draw_ranks(ax, rows, caption, n, show_rank_labels=index == 0)
-        ax.title.set_fontsize(9)
-    fig.suptitle(f"Ring all-reduce in {n} ranks: rank r sends to rank (r+1) % {n}; "
-                 "thick outline = the chunk sent next", fontsize=11)
-    fig.supxlabel(f"{n - 1} reduce-scatter steps leave rank r with the full sum of chunk (r+1) % {n}; "
-                  f"{n - 1} all-gather steps copy the sums around. Each step moves 1/{n} of the tensor per rank.",
-                  fontsize=9, color="#444444")
+    # Rank labels only in the first column, which is wider by their room, so every cell has the same size.
+    fig = Picture(figsize=(min(11.5, 1.2 + 0.62 * n * n), 2 * (0.55 * n + 0.75) + 0.8), layout="constrained")
+    axes = fig.subplots(2, n, squeeze=False, gridspec_kw={"width_ratios": [n + 1.35] + [n + 0.1] * (n - 1)})
+    rows_of_panels = [states[:n], states[n:]]  # start and the n-1 reduce-scatter steps; the n-1 all-gather steps
+    for row, panels in enumerate(rows_of_panels):
+        for column, (caption, cells) in enumerate(panels):
+            _draw_ranks(axes[row][column], cells, caption, n, show_rank_labels=column == 0)
+            axes[row][column].title.set_fontsize(10)
+    last = axes[1][n - 1]
+    last.set_axis_off()
+    if n > 1:
+        last.text(0.05, 0.5, f"Σk: chunk k summed\nover all {n} ranks.\n\nEach step moves\n1/{n} of the tensor\n"
+                  "per rank.", ha="left", va="center", fontsize=9.5, color="#333333", transform=last.transAxes)
+    fig.suptitle(f"Ring all-reduce in {n} ranks: rank r sends to rank (r+1) % {n}; thick outline = sent next",
+                 fontsize=12)
     return fig
 
 
-def draw_barrier(arrivals: Sequence[float]) -> Figure:
+def draw_barrier(arrivals: Sequence[float]) -> Picture:
     """Ranks reach a barrier at different times (seconds) and all leave when the last arrives (notebook 04)."""
     n = len(arrivals)
     release = max(arrivals)
-    fig = Figure(figsize=(7, 0.45 * n + 1.2), layout="constrained")
+    fig = Picture(figsize=(7, 0.45 * n + 1.2), layout="constrained")
     ax = fig.subplots()
     for rank, t in enumerate(arrivals):
         y = n - 1 - rank

@@ -48,8 +48,9 @@ def show_recorded(key: str) -> bool:
     if not record:
         print(f"(No GPU run of this cell has been recorded yet: {key}.)")
         return False
-    print(f"Recorded on {record['device']} with torch {record['torch']} on {record['date']}, not on this machine:")
+    print(textwrap.fill(f"Recorded on {record['device']} with torch {record['torch']} on {record['date']}, "
+                        "not on this machine:", 100))
     if record.get("note"):
-        print(f"({record['note']})")
+        print(textwrap.fill(f"({record['note']})", 100))
     print(textwrap.indent(record["text"].rstrip(), "│ "))
     return True

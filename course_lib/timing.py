@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -9,7 +10,18 @@ from typing import Any, Callable
 
 from course_lib.tables import print_table
 
-__all__ = ["Timing", "benchmark", "compare", "format_seconds"]
+__all__ = ["Timing", "benchmark", "compare", "format_seconds", "quick", "QUICK_VARIABLE"]
+
+QUICK_VARIABLE = "COURSE_QUICK"  # the course's tests set it to 1 in every kernel that runs a lesson
+
+
+def quick() -> bool:
+    """True when the course's tests run this lesson (COURSE_QUICK=1): use smaller sweeps, fewer repeats (any lesson).
+
+    The same code runs either way; only sizes shrink, e.g. `sizes = [64, 256] if quick() else [64, 128, 256, 512]`.
+    Unset, empty, "0", "false" or "no" mean a learner's full-size run.
+    """
+    return os.environ.get(QUICK_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
 
 
 @dataclass

@@ -13,9 +13,11 @@ import contextlib
 import multiprocessing as mp
 import multiprocessing.spawn as mp_spawn
 import os
+import re
 import shutil
 import signal
 import tempfile
+import textwrap
 import threading
 import time
 from dataclasses import dataclass
@@ -31,12 +33,17 @@ from course_lib.dist.relay import OutputRelay
 __all__ = ["launch", "run_ranks", "RankJob", "start_fork_server", "RankFailed", "LaunchTimeout"]
 
 MAX_RESULT_BYTES = 2**30  # per rank
+WIDTH = 100  # characters per line of the launcher's own messages: a notebook breaks longer ones mid-word
+
+# Where PyTorch's CI built a C++ source, at the start of gloo's messages: "[/__w/pytorch/.../unbound_buffer.cc:78] "
+_BUILD_PATH = re.compile(r"\[/[^\]\s]+\.(?:cc|cpp|cxx|c|h|hpp|cu):\d+\] ?")
 
 
 class RankFailed(LaunchError):
     """A rank raised, exited early or returned something that could not come back (notebook 04)."""
 
     def __init__(self, rank: int, world_size: int, detail: str):
+        detail = _BUILD_PATH.sub("", detail)  # a path on PyTorch's build machine tells a learner nothing
         self.rank, self.world_size, self.detail = rank, world_size, detail
         super().__init__(f"rank {rank} of {world_size} failed:\n{detail.rstrip()}")
 
@@ -143,10 +150,10 @@ def _payload(job: RankJob) -> bytes:
     try:
         return cloudpickle.dumps((job.fn, tuple(job.args)))
     except Exception as exc:  # noqa: BLE001 - any pickling failure gets the same advice
-        raise LaunchError(
+        raise LaunchError(textwrap.fill(
             f"the function or its arguments cannot be sent to the ranks ({type(exc).__name__}: {exc}). "
             "Something it uses cannot be pickled (a lock, an open file, a generator, a CUDA stream...): "
-            "create that object inside the function instead of passing or capturing it."
+            "create that object inside the function instead of passing or capturing it.", WIDTH)
         ) from None
 
 
@@ -296,12 +303,13 @@ class _Launch:
         stuck = [r for r in range(self.n) if r not in self.results]
         if not stuck:
             stuck = [r for r in range(self.n) if r not in self.exited]
-            detail = f"rank(s) {stuck} returned but did not exit"
+            detail = f"Rank(s) {stuck} returned but did not exit."
         else:
-            detail = (f"rank(s) {stuck} had not returned" + (f" (rank(s) {done} had)" if done else "")
-                      + ". A collective that not every rank calls, or calls in a different order, waits forever: "
-                      "that is the usual cause.")
-        return LaunchTimeout(f"timed out after {self.job.timeout:g} s and killed all {self.n} ranks: {detail}")
+            detail = (f"Rank(s) {stuck} had not returned" + (f" (rank(s) {done} had)" if done else "") + ". "
+                      "The usual cause: a collective that not every rank calls, or that ranks call in a different "
+                      "order, waits forever.")
+        return LaunchTimeout(f"timed out after {self.job.timeout:g} s; all {self.n} ranks were killed.\n"
+                             + textwrap.fill(detail, WIDTH))
 
     def close(self) -> None:
         for process in self.processes:

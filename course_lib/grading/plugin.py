@@ -23,6 +23,7 @@ from course_lib.grading.results import TestOutcome, append_record
 MARKERS = [
     "points(n): a graded test worth n points",
     "gpu(n): needs n CUDA GPUs; skipped with the reason, and not graded, where they are missing",
+    "browser: runs the lessons in JupyterLab in headless Chromium (tests/course/browser); -m 'not browser' skips them",
 ]
 
 

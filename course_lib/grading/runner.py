@@ -88,8 +88,10 @@ def _call_function(module, function: str, *args):
 
 
 def _explain(exercise: str, error: Exception) -> ExerciseFailed:
-    if isinstance(error, LaunchTimeout):
-        return ExerciseFailed(f"{exercise}: did not finish in time and was stopped ({error})")
+    if isinstance(error, LaunchTimeout):  # its first line is the summary, the rest says why that usually happens
+        summary, _, why = str(error).partition("\n")
+        return ExerciseFailed(f"{exercise}: did not finish in time and was stopped ({summary.rstrip('.')})"
+                              + (f"\n{why}" if why else ""))
     detail = error.detail if isinstance(error, RankFailed) else str(error)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "failed"

@@ -78,6 +78,6 @@ def test_launch_from_notebook_cells(tmp_path):
     assert "RAISED RankFailed rank 1" in out[3] and "rank 1 divided by zero" in out[3]
     seconds = float(out[3].split("after ")[1].split(" s")[0])
     assert seconds < 30, "a failing rank must be reported promptly, not at the 60 s timeout"
-    assert "TIMEOUT after" in out[4] and "killed all 2 ranks" in out[4]
+    assert "TIMEOUT after" in out[4] and "all 2 ranks were killed" in out[4]
     assert "EXIT-FAILED sys rank 1" in out[5] and "EXIT-FAILED os rank 1" in out[5]
     assert "EXIT-SUCCEEDED" not in out[5]

@@ -57,7 +57,7 @@ def test_without_a_gpu_the_cell_shows_the_record_labelled_as_recorded(records, m
     monkeypatch.setattr(devices, "cuda_gpu_count", lambda: 0)
     assert devices.require_gpus(1, "time a copy", record="01/copy") is False
     out = capsys.readouterr().out
-    assert "this machine has 0. Skipping it" in out
+    assert "Skipped: this cell needs 1 CUDA GPU and this machine has 0." in out
     assert "Recorded on NVIDIA H100 with torch 2.11.0 on 2026-11-20, not on this machine" in out
     assert "│ pinned 53.6 GB/s" in out
     devices.require_gpus(1, "time a copy", record="01/never-run")

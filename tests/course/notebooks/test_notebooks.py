@@ -1,4 +1,8 @@
-"""Every lesson runs top to bottom on this machine, and is committed without outputs."""
+"""Every lesson runs top to bottom on this machine, and is committed without outputs.
+
+The kernels run with COURSE_QUICK=1 (course_lib.timing.quick): a lesson may shrink its sizes, running the same
+code. tests/course/browser runs every lesson again, in JupyterLab in Chromium, and looks at what it shows.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import nbformat
 import pytest
 
 from course_lib import paths
+from course_lib.timing import QUICK_VARIABLE
 from notebook_runner import execute, problems
 
 NOTEBOOKS = sorted(paths.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
@@ -27,7 +32,8 @@ def test_notebook_is_committed_without_outputs(path):
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_on_this_machine_without_errors(path):
+def test_notebook_runs_on_this_machine_without_errors(path, monkeypatch):
+    monkeypatch.setenv(QUICK_VARIABLE, "1")   # the kernel inherits it
     notebook = nbformat.read(path, as_version=4)
     seconds = execute(notebook, cwd=path.parent)
     found = problems(notebook)

@@ -59,3 +59,54 @@ def test_course_py_without_a_command_prints_its_usage():
     done = subprocess.run([sys.executable, str(ROOT / "course.py")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "python3 course.py lab" in done.stdout and "python3 course.py test" in done.stdout
+
+
+def _course_py():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_py", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("args, wanted", [
+    ([], True), (["-m", "browser"], True), (["-k", "welcome"], True),
+    (["-m", "not browser"], False), (["-mnot browser"], False), (["-m", "not gpu and not  browser"], False),
+])
+def test_course_py_installs_the_browser_tools_unless_the_browser_tests_are_left_out(args, wanted):
+    assert _course_py().wants_browser_tests(args) is wanted
+
+
+def test_course_py_and_the_browser_tests_agree_on_playwright_and_chromium():
+    import tomllib
+
+    import browser_lab
+
+    course = _course_py()
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert course.optional_dependencies() == extras and extras[course.BROWSER_EXTRA][0].startswith("playwright")
+    assert course.CHROMIUM == browser_lab.CHROMIUM_CANDIDATES
+
+
+def test_without_root_a_missing_chromium_is_reported_and_the_browser_tests_skipped(monkeypatch, capsys):
+    course = _course_py()
+    monkeypatch.setattr(course, "chromium", lambda: None)
+    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(course.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    course.prepare_browser()
+    out = capsys.readouterr().out
+    assert "browser tests will be SKIPPED" in out and "sudo apt-get install -y chromium" in out
+
+
+def test_as_root_a_missing_chromium_is_installed_with_apt_get_and_said_so(monkeypatch, capsys):
+    course = _course_py()
+    ran = []
+    monkeypatch.setattr(course, "chromium", lambda: "/usr/lib/chromium/chromium" if ran else None)
+    monkeypatch.setattr(course.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(course.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(course.subprocess, "run",
+                        lambda command, **kwargs: ran.append(command) or subprocess.CompletedProcess(command, 0))
+    course.prepare_browser()
+    assert ran == [["apt-get", "install", "-y", "-q", "chromium"]]
+    assert "installing Debian's chromium for the browser tests" in capsys.readouterr().out
