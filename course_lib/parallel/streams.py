@@ -71,7 +71,10 @@ _COLOURS = {"copy": "tab:orange", "compute": "tab:blue", "other": "tab:gray"}
 
 def draw_timeline(spans: Sequence[Span], *, ax=None, title: str = "", unit: str = "ms",
                   lanes: Sequence[str] | None = None, xmax: float | None = None):
-    """Draw spans as bars, one labelled lane per row, with the end of the last one marked (notebook 02)."""
+    """Draw spans as bars, one labelled lane per row, with the end of the last one marked (notebook 02).
+
+    Copies are orange and compute blue; a legend says so when a lane holds both.
+    """
     import matplotlib.pyplot as plt
 
     lanes = list(lanes) if lanes is not None else list(dict.fromkeys(s.lane for s in spans))
@@ -94,6 +97,12 @@ def draw_timeline(spans: Sequence[Span], *, ax=None, title: str = "", unit: str 
     ax.set_xlabel(f"time ({unit})")
     ax.set_title(title, fontsize=10, loc="left")
     ax.grid(axis="x", alpha=0.3)
+    if any(len({s.kind for s in spans if s.lane == lane}) > 1 for lane in lanes):  # colours alone tell kinds apart
+        from matplotlib.patches import Patch
+
+        kinds = list(dict.fromkeys(s.kind for s in spans))
+        ax.legend([Patch(color=_COLOURS.get(k, "tab:gray")) for k in kinds], kinds, loc="upper left",
+                  bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=8)
     return ax
 
 
