@@ -3,10 +3,10 @@ batches on a side stream, and take a hidden synchronisation out of a loop.
 
 Notebook: notebooks/02_streams_and_async.ipynb
 
-On a machine without a GPU the tests run the CUDA parts of your code against a *simulated* GPU: a model of
-streams, events, copies and PyTorch's caching allocator that replaces torch.cuda and Tensor.to while the test
-runs. It checks the order in which your code makes things happen, not speed. On a GPU the same tests, and a
-few more, run on the real device.
+On any machine the tests run the CUDA parts of your code against a *simulated* GPU: a model of streams,
+events, copies and PyTorch's caching allocator that replaces torch.cuda and Tensor.to in the process that runs
+your code, while the test runs. It checks the order in which your code makes things happen, and the time its
+schedule takes in simulated seconds. On a machine with a GPU, three more tests run your code on the real device.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def time_device(fn: Callable[[], Any], device: torch.device | str, *, warmup: in
     - On a CUDA device, time each call with a pair of CUDA events (torch.cuda.Event(enable_timing=True))
       recorded on the current stream around it, and read them only once the GPU has passed them
       (torch.cuda.synchronize() or Event.synchronize()). Remember the unit that Event.elapsed_time returns.
-      Without a GPU, the tests run this path on a simulated GPU that models the torch.cuda calls.
+      The tests run this path on a simulated GPU that models these torch.cuda calls (and on a real one if present).
     - On any other device (cpu, meta...), the work is done when fn() returns: use time.perf_counter().
     Call fn exactly warmup + repeat times. Raise TypeError if fn is not callable and ValueError if
     warmup < 0 or repeat < 1.
@@ -100,8 +100,8 @@ class Prefetcher:
       wait for the copy of batch i+1;
     - the memory of a batch handed out must not be reused while the caller's stream may still read it;
     - handing out a batch never makes the host wait for the GPU.
-    Use these torch.cuda calls (without a GPU, the tests replace exactly these with a simulated GPU; other ways
-    to make device tensors, such as copy_ into a preallocated one, or torch.Stream, are not simulated):
+    Use these torch.cuda calls (the tests replace exactly these with a simulated GPU; other ways to make device
+    tensors, such as copy_ into a preallocated one, and the torch.Stream spellings are not simulated):
     torch.cuda.Stream(device), with torch.cuda.stream(s), torch.cuda.current_stream(device),
     Tensor.is_pinned(), Tensor.pin_memory(), Tensor.to(device, non_blocking=True), Stream.wait_stream(other)
     (or torch.cuda.Event(), Event.record(stream), Stream.wait_event(event)), Tensor.record_stream(stream).
