@@ -6,6 +6,7 @@ runner.py        how a test calls learner code: in a child process or in gloo ra
 results.py       TestOutcome (one test's outcome and points), the report file and its one rule for points
 plugin.py        the pytest plugin: --target, --course-report, --confine, the points and gpu markers
 confinement.py   the grader's limits on processes that run a student's code
+simgpu.py        a simulated CUDA device that a test's driver installs in the child, to grade stream code without a GPU
 """
 
 from course_lib.grading.runner import ExerciseFailed, call, exception_raised_by, exercise_path, run

@@ -9,9 +9,9 @@ A wrong answer is a small file, `solutions/wrong_answers/exNN/<mistake>.py`:
     def ring_all_reduce(tensor):
         ...
 
-Its text is appended to the reference solution's, so its `def` replaces the solution's function of the
-same name, and the result is graded like a learner's file: only the tests named in LOSES are run, and
-each of them must fail in at least one of its parametrizations, that is lose points. To keep CI short,
+Its text is appended to the reference solution's, so its `def` (or `class`) replaces the solution's function
+(or class) of the same name, and the result is graded like a learner's file: only the tests named in LOSES are
+run, and each of them must fail in at least one of its parametrizations, that is lose points. To keep CI short,
 a few worker processes each import torch and start the ranks' fork server once and then run pytest
 in-process for one wrong answer after another, and a test stops at its first failing parametrization
 (so "points lost" is then a lower bound, marked ≥).
@@ -70,7 +70,9 @@ class Verdict:
 
 
 def _module_level_functions(source: str) -> set[str]:
-    return {node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    """The functions and classes a file defines at module level: what a wrong answer can redefine (ex02's Prefetcher)."""
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name for node in ast.parse(source).body if isinstance(node, kinds)}
 
 
 def _read(exercise: str, path: Path) -> WrongAnswer:
@@ -98,7 +100,7 @@ def _read(exercise: str, path: Path) -> WrongAnswer:
         wrong.problems.append("LOSES must name at least one graded test, e.g. LOSES = [\"test_shard_range_matches_tensor_split\"]")
         wrong.loses = [n for n in wrong.loses if isinstance(n, str)] if isinstance(wrong.loses, list) else []
     if not _module_level_functions(source):
-        wrong.problems.append("redefines no function")
+        wrong.problems.append("redefines no function or class")
     return wrong
 
 
@@ -151,7 +153,7 @@ def _prepare(wrong: WrongAnswer, root: Path, scratch: Path) -> _Job | Verdict:
         return Verdict(wrong, False, reason=f"LOSES names no test in {tests.name}: {', '.join(unknown)}")
     solution_text, wrong_text = solution.read_text(), wrong.path.read_text()
     if not _module_level_functions(wrong_text) & _module_level_functions(solution_text):
-        return Verdict(wrong, False, reason="redefines no function of the solution (check the function's name)")
+        return Verdict(wrong, False, reason="redefines no function of the solution, nor a class (check the name)")
     combined = f"{solution_text}\n\n# ---- wrong answer {wrong.exercise}/{wrong.path.name}, appended ----\n{wrong_text}"
     try:
         compile(combined, wrong.path.name, "exec")

@@ -106,6 +106,13 @@ def test_the_checker_reports_each_kind_of_failure(tmp_path, capsys):
     assert "3 / 4" in row and "loses points" in row, row
 
 
+def test_a_wrong_answer_may_redefine_a_class(tmp_path):
+    path = tmp_path / "prefetch_no_wait.py"
+    path.write_text('"""Never waits."""\n\nLOSES = ["test_prefetcher"]\n\n\nclass Prefetcher(Prefetcher):\n    pass\n')
+    wrong = wrong_answers._read("ex02", path)
+    assert not wrong.problems and wrong.loses == ["test_prefetcher"]
+
+
 def test_only_the_named_exercises_are_checked(tmp_path, capsys):
     _fake_course(tmp_path)
     (tmp_path / "solutions" / "wrong_answers" / "ex98").mkdir()
