@@ -164,9 +164,9 @@ def draw_schedules(copy: float, compute: float, n_batches: int, *, unit: str = "
     plt.show()
     pace = "the copy" if copy > compute else "the compute" if compute > copy else "both (balanced)"
     saved = 1 - t_overlapped / t_serial if t_serial else 0.0
-    print(f"MODEL, {n_batches} batches of copy {copy:g} {unit} + compute {compute:g} {unit}: one after the other "
-          f"{t_serial:.2f} {unit}, overlapped {t_overlapped:.2f} {unit} ({saved:.0%} less); the slower engine sets "
-          f"the pace: {pace}")
+    print(f"MODEL, {n_batches} batches of copy {copy:g} {unit} + compute {compute:g} {unit}:\n"
+          f"one after the other {t_serial:.2f} {unit}, overlapped {t_overlapped:.2f} {unit} ({saved:.0%} less); "
+          f"the slower engine sets the pace: {pace}")
     return t_serial, t_overlapped
 
 
