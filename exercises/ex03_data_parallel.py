@@ -6,7 +6,8 @@ Notebook: notebooks/03_data_parallel.ipynb
 
 Every function works on any list of devices: ["cpu", "cpu"] stands in for two GPUs on a laptop, and
 [torch.device("cuda", 0), torch.device("cuda", 1)] is the real thing. The tests compare your functions with
-a single-device computation and, where there are GPUs, with torch.nn.parallel's own functions.
+a single-device computation and, where there are GPUs, with torch.nn.parallel's own functions; they also use the
+"meta" device (shapes without data, lesson 01) to see where each piece lands.
 """
 
 from __future__ import annotations
