@@ -36,8 +36,7 @@ def replica_devices(n: int) -> tuple[list[torch.device], str]:
     if gpus >= n:
         return [torch.device("cuda", i) for i in range(n)], f"{n} replicas on CUDA GPUs 0 to {n - 1}"
     why = f"only {gpus} CUDA GPU{'s' if gpus != 1 else ''}" if gpus else "no CUDA GPU"
-    return [torch.device("cpu")] * n, (f"{n} replicas on the CPU ({why}): threads stand in for GPUs and share "
-                                        f"{torch.get_num_threads()} intra-op thread(s) and one GIL")
+    return [torch.device("cpu")] * n, f"{n} replicas on the CPU ({why}): threads stand in for GPUs"
 
 
 def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any]) -> list[Any]:
@@ -201,7 +200,7 @@ def step_picture(batch_size: int = 10, n_devices: int = 4, ax=None):
                 ax.text(d * 1.75, y, "idle", ha="center", va="center", fontsize=8, color="#888888")
                 continue
             n = sizes[d]
-            text = {0: f"{n} sample{'s' if n != 1 else ''}", 1: "params" + (" (shared)" if d == 0 else " copy"),
+            text = {0: f"{n} sample{'s' if n != 1 else ''}", 1: "params\n(shared)" if d == 0 else "params\ncopy",
                     2: f"forward({n})", 3: "outputs\n+ loss" if d == 0 else "output", 4: f"backward({n})",
                     5: "grads summed\noptimizer.step" if d == 0 else "grads"}[row]
             ax.text(d * 1.75, y, text, ha="center", va="center", fontsize=8,
