@@ -44,17 +44,19 @@ def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any
 
     What torch.nn.parallel.parallel_apply does for replicas on GPUs: results are kept by index, not in the order
     the threads finish; an exception in a thread is re-raised here, naming the replica (uncaught, it would only end
-    its own thread); grad mode, which is a per-thread setting, is carried into the threads. An input that is not
-    a tuple or a list is passed as the only argument.
+    its own thread); grad mode, which is a per-thread setting, is carried into the threads. So is the number of
+    intra-op threads, which matters on the CPU: a new thread does not inherit torch.set_num_threads (MKL keeps it per
+    thread). An input that is not a tuple or a list is passed as the only argument.
     """
     if len(functions) != len(inputs):
         raise ValueError(f"{len(functions)} functions but {len(inputs)} inputs")
-    grad_enabled = torch.is_grad_enabled()
+    grad_enabled, intra_op_threads = torch.is_grad_enabled(), torch.get_num_threads()
     results: list[Any] = [None] * len(functions)
     errors: list[BaseException | None] = [None] * len(functions)
 
     def work(i: int) -> None:
         torch.set_grad_enabled(grad_enabled)  # a new thread starts with grad mode on, whatever the caller's
+        torch.set_num_threads(intra_op_threads)  # and with the default number of intra-op threads
         try:
             args = inputs[i] if isinstance(inputs[i], (tuple, list)) else (inputs[i],)
             results[i] = functions[i](*args)
