@@ -1,0 +1,19 @@
+"""gather concatenates the outputs where they are and never moves the result to `device`."""
+
+LOSES = ["test_gather_concatenates_in_order_and_keeps_gradients"]
+
+
+def gather(outputs, device, dim=0):
+    first = outputs[0]
+    if isinstance(first, torch.Tensor):
+        parts = [out.reshape(1) if out.dim() == 0 else out for out in outputs]
+        return torch.cat(parts, dim)  # all on the CPU in the tests' own examples, so it looks right there
+    if first is None:
+        return None
+    if isinstance(first, Mapping):
+        return type(first)((key, gather([out[key] for out in outputs], device, dim)) for key in first)
+    if isinstance(first, tuple) and hasattr(first, "_fields"):
+        return type(first)(*(gather(list(parts), device, dim) for parts in zip(*outputs)))
+    if isinstance(first, (list, tuple)):
+        return type(first)(gather(list(parts), device, dim) for parts in zip(*outputs))
+    raise TypeError(f"cannot gather outputs of type {type(first).__name__}")
