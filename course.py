@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -21,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
+# Commands the course's own tests need from the system, and the Debian package of each.
+SYSTEM_PACKAGES = {"bwrap": "bubblewrap"}  # the grader's sandbox; its tests are skipped, with the reason, without it
 
 
 def say(message: str) -> None:
@@ -59,6 +62,24 @@ def install(python: Path) -> None:
     stamp.write_text(f"{digest} {ROOT}\n")
 
 
+def ensure_system_packages(packages: dict[str, str]) -> None:
+    """apt-get install the Debian packages of the missing commands where that can be done (root, apt-get); say so."""
+    missing = sorted({package for command, package in packages.items() if shutil.which(command) is None})
+    if not missing or not sys.platform.startswith("linux"):
+        return
+    names = " ".join(missing)
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        say(f"{names} missing, and it takes root and apt-get to install: the tests that need it are skipped")
+        return
+    say(f"installing {names} with apt-get (the tests that need it would be skipped without it)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    if subprocess.call(command, env=env) != 0:  # a fresh machine may not have the package lists yet
+        subprocess.call(["apt-get", "update", "-q"], env=env)
+        if subprocess.call(command, env=env) != 0:
+            say(f"could not install {names}: the tests that need it are skipped")
+
+
 def lab(python: Path, extra: list[str]) -> int:
     say("opening JupyterLab on notebooks/ (stop it with Ctrl-C)")
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
@@ -86,6 +107,7 @@ def main(argv: list[str]) -> int:
     if not (ROOT / "solutions").is_dir():  # a student release: grade the learner's own files
         say("no solutions/ here (a student release): running every test against your exercises/")
         return pytest(python, ["tests", "--target", "exercises", *extra])
+    ensure_system_packages(SYSTEM_PACKAGES)
     checks = [("the graded tests against freshly made exercise stubs (every one must fail)", "stubs"),
               ("the wrong answers in solutions/wrong_answers/ (each must lose points on the tests it names)",
                "wrong-answers")]

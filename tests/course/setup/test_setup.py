@@ -59,3 +59,15 @@ def test_course_py_without_a_command_prints_its_usage():
     done = subprocess.run([sys.executable, str(ROOT / "course.py")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "python3 course.py lab" in done.stdout and "python3 course.py test" in done.stdout
+
+
+def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_script", ROOT / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)
+    assert course.SYSTEM_PACKAGES["bwrap"] == "bubblewrap"  # the grader's sandbox, installed by `course.py test`
+    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)  # not root: nothing is installed, and it is said
+    course.ensure_system_packages({"no-such-command-for-the-course": "no-such-package"})
+    assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
