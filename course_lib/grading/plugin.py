@@ -162,7 +162,11 @@ def pytest_sessionfinish(session, exitstatus):
     if session.config.getoption("--confine"):
         from course_lib.grading import runner
 
-        if runner._memory_guard is not None:
-            runner._memory_guard.stop()
+        guard = runner._memory_guard
+        if guard is not None and guard.watchdog is not None:
+            guard.stop()
+            kills = ", ".join(f"{size / 2**30:.2f} GiB" for _, _, size in guard.watchdog.kills) or "none"
+            print(f"\n[grader] memory watchdog: peak {guard.watchdog.peak / 2**30:.2f} GiB of "
+                  f"{guard.limit / 2**30:g} GiB; processes killed: {kills}", flush=True)
     if session.config.course_report:
         append_record(session.config.course_report, {"exitstatus": int(exitstatus)})

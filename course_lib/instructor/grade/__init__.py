@@ -2,6 +2,7 @@
 
     python -m course_lib.grade SUBMISSIONS --out OUT [--jobs N] [--timeout SECONDS]
                                [--test-timeout SECONDS] [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex01]
+                               [--memory-gb 4] [--address-space-gb 6] [--no-calibration] ... (see --help)
 
 Each entry of SUBMISSIONS (a folder or a .zip) is one student's copy of exercises/, or of a whole
 course folder that contains one. Writes OUT/grades.csv (one row per student), and for each student

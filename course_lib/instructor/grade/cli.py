@@ -18,7 +18,7 @@ def _usage() -> str:
     return package.__doc__
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m course_lib.grade", description=_usage(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", type=Path, help="folder with one folder or .zip per student")
@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-floor", type=float, default=5.0, help="... and at least this many seconds (default 5)")
     parser.add_argument("--recalibrate", action="store_true", help="grade the reference again, not from the cache")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     options = parser.parse_args(argv)
     if not options.submissions.is_dir():
         parser.error(f"{options.submissions} is not a folder")
