@@ -130,6 +130,8 @@ def _namespace_pid(pid: int) -> int | None:
 def descendants(top: int) -> list[int]:
     """Pids of every process below `top`, found in one pass over /proc (reading each one's status is slower)."""
     children: dict[int, list[int]] = {}
+    if not os.path.isdir("/proc"):  # not Linux: no sandbox, nothing to find
+        return []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
