@@ -31,6 +31,8 @@ VENV = ROOT / ".venv"
 BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the browser tests: playwright
 # Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
 CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
+# Commands the course's own tests need from the system, and the Debian package of each.
+SYSTEM_PACKAGES = {"bwrap": "bubblewrap"}  # the grader's sandbox; its tests are skipped, with the reason, without it
 
 
 def say(message: str) -> None:
@@ -158,23 +160,49 @@ def chromium() -> str | None:
     return None
 
 
+def can_apt_get() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get") is not None
+
+
+def apt_get_install(packages: list[str]) -> bool:
+    """apt-get install Debian packages (root only), updating the package lists once if the first try fails."""
+    quiet = {"stdout": subprocess.DEVNULL, "env": {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}}
+    command = ["apt-get", "install", "-y", "-q", *packages]
+    if subprocess.run(command, **quiet).returncode == 0:
+        return True
+    subprocess.run(["apt-get", "update", "-q"], **quiet)  # a fresh machine may have no package lists yet
+    return subprocess.run(command, **quiet).returncode == 0
+
+
 def prepare_browser() -> None:
     """Chromium for the browser tests: apt-get installs Debian's where it is missing and we are root (CI);
     otherwise say that those tests will be skipped, and the command that would install it."""
     if chromium():
         return
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+    if can_apt_get():
         say("installing Debian's chromium for the browser tests (apt-get install -y chromium)")
-        quiet = {"stdout": subprocess.DEVNULL, "env": {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}}
-        if subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet).returncode != 0:
-            subprocess.run(["apt-get", "update", "-q"], **quiet)  # a fresh machine may have no package lists yet
-            subprocess.run(["apt-get", "install", "-y", "-q", "chromium"], **quiet)
+        apt_get_install(["chromium"])
         if not chromium():
-            sys.exit("[course] apt-get could not install chromium, which the browser tests need (its message is "
-                     "above); skip those tests with:  python3 course.py test -m \"not browser\"")
+            sys.exit("[course] apt-get could not install chromium, which the browser tests need; skip those "
+                     "tests with:  python3 course.py test -m \"not browser\"")
         return
     say("Chromium is missing, so the browser tests will be SKIPPED. To run them, install it "
         "(Debian/Ubuntu: sudo apt-get install -y chromium) and run this again.")
+
+
+def ensure_system_packages(packages: dict[str, str]) -> None:
+    """Install the Debian packages of the missing commands where that can be done (root, apt-get); say so."""
+    missing = sorted({package for command, package in packages.items() if shutil.which(command) is None})
+    if not missing or not sys.platform.startswith("linux"):
+        return
+    names = " ".join(missing)
+    if not can_apt_get():
+        say(f"{names} missing, and it takes root and apt-get to install: the tests that need it are SKIPPED "
+            f"(Debian/Ubuntu: sudo apt-get install -y {names})")
+        return
+    say(f"installing {names} with apt-get (the tests that need it would be skipped without it)")
+    if not apt_get_install(missing):
+        say(f"could not install {names}: the tests that need it are SKIPPED")
 
 
 def lab(python: Path, extra: list[str]) -> int:
@@ -207,6 +235,7 @@ def main(argv: list[str]) -> int:
     if not (ROOT / "solutions").is_dir():  # a student release: grade the learner's own files
         say("no solutions/ here (a student release): running every test against your exercises/")
         return pytest(python, ["tests", "--target", "exercises", *extra])
+    ensure_system_packages(SYSTEM_PACKAGES)
     checks = [("the graded tests against freshly made exercise stubs (every one must fail)", "stubs"),
               ("the wrong answers in solutions/wrong_answers/ (each must lose points on the tests it names)",
                "wrong-answers")]

@@ -1,15 +1,21 @@
-"""How long grading a class takes: N correct submissions (copies of solutions/), with 1 and with 2 jobs.
+"""How long grading a class takes: N correct submissions (copies of solutions/), by jobs and by kind of sandbox.
 
     python benchmarks/grade_class.py [--students 6] [--jobs 1 2] [--exercises ex00,ex01]
+                                     [--isolation auto unshare] [--repeat 1] [-- more grader options]
 
 Each student is graded by its own judge process (pytest, which imports torch: a few seconds) under the
-full sandbox the machine allows, so the time per student is mostly that start-up plus the tests themselves.
+sandbox asked for (`auto`: bubblewrap's allow-list where it works; `unshare`: the fallback, a mount
+namespace that hides the known secrets, as the grader did before bubblewrap), so the time per student is
+mostly that start-up plus the tests themselves. Configurations alternate when repeated, so a change in the
+machine's load falls on all of them. The reference solutions' calibration is cached after the first run
+of each kind of sandbox (the first row of each may include it: see the "reference" column).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -24,40 +30,57 @@ sys.path.insert(0, str(ROOT))
 from course_lib.tables import print_table  # noqa: E402
 
 
+def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercises: str | None,
+               extra: list[str]) -> list:
+    command = [sys.executable, "-m", "course_lib.grade", str(submissions), "--out", str(out), "--jobs", str(jobs),
+               "--isolation", isolation, "--no-progress", *extra]
+    if exercises:
+        command += ["--exercises", exercises]
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        sys.exit(f"grading failed:\n{done.stdout}\n{done.stderr}")
+    with open(out / "grades.csv", newline="") as handle:
+        grades = list(csv.DictReader(handle))
+    limits = out / "time_limits.json"
+    reference = "none"
+    if limits.exists():
+        info = json.loads(limits.read_text())
+        reference = "cached" if info["cached"] else f"{info['reference_seconds']:.0f} s"
+    full = sum(r["status"] == "ok" and r["total"] == r["possible"] for r in grades)
+    per_student = sorted(float(r["seconds"]) for r in grades)
+    shutil.rmtree(out)
+    return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
+            f"{per_student[len(per_student) // 2]:.1f}", f"{full}/{len(grades)}", grades[0]["possible"], reference,
+            f"{load:.1f}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=6)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--exercises", default=None, help="e.g. ex00 (default: every exercise)")
-    options = parser.parse_args()
+    parser.add_argument("--isolation", nargs="+", default=["auto"], help="auto, bwrap, unshare or none (several: compare)")
+    parser.add_argument("--repeat", type=int, default=1)
+    options, extra = parser.parse_known_args()
+    extra = [a for a in extra if a != "--"]
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         submissions = Path(scratch) / "submissions"
         for n in range(options.students):
             shutil.copytree(ROOT / "solutions", submissions / f"student{n:03d}" / "exercises",
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        for jobs in options.jobs:
-            out = Path(scratch) / f"out-{jobs}"
-            command = [sys.executable, "-m", "course_lib.grade", str(submissions), "--out", str(out),
-                       "--jobs", str(jobs), "--no-progress"]
-            if options.exercises:
-                command += ["--exercises", options.exercises]
-            started = time.perf_counter()
-            done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-            seconds = time.perf_counter() - started
-            if done.returncode != 0:
-                sys.exit(f"grading failed:\n{done.stdout}\n{done.stderr}")
-            with open(out / "grades.csv", newline="") as handle:
-                grades = list(csv.DictReader(handle))
-            full = sum(r["status"] == "ok" and r["total"] == r["possible"] for r in grades)
-            per_student = sorted(float(r["seconds"]) for r in grades)
-            rows.append([jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
-                         f"{per_student[len(per_student) // 2]:.1f}", f"{full}/{len(grades)}",
-                         grades[0]["possible"]])
+                            ignore=shutil.ignore_patterns("__pycache__", "wrong_answers"))
+        for _ in range(options.repeat):
+            for jobs in options.jobs:
+                for isolation in options.isolation:
+                    rows.append(grade_once(submissions, Path(scratch) / "out", jobs, isolation, options.exercises, extra))
     print(f"Grading {options.students} correct submissions ({options.exercises or 'every exercise'}), "
-          f"{len(os.sched_getaffinity(0))} cores, as {'root' if os.geteuid() == 0 else 'a normal user'}")
-    print_table(["jobs", "students", "wall s", "wall s / student", "median s in judge", "full marks", "points"],
-                rows)
+          f"{len(os.sched_getaffinity(0))} cores, as {'root' if os.geteuid() == 0 else 'a normal user'}"
+          + (f", grader options {' '.join(extra)}" if extra else ""))
+    print_table(["isolation", "jobs", "students", "wall s", "wall s / student", "median s in judge", "full marks",
+                 "points", "reference", "load"], rows)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,14 @@ values in rank order:
 output streamed into the cell.
 
 Inside: backend.py (which backend, which device), launcher.py (the parent's side),
-rank.py (what runs in each rank), relay.py (the ranks' output), torchrun.py.
+forkserver.py (the fork server, also in the grader's sandbox), rank.py (what runs in each
+rank), relay.py (the ranks' output), torchrun.py.
 `python benchmarks/launch_overhead.py` measures the launch overhead.
 """
 
 from course_lib.dist.backend import LaunchError, choose_backend, rank_device
-from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, launch, run_ranks, start_fork_server
+from course_lib.dist.forkserver import start_fork_server
+from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, launch, run_ranks
 from course_lib.dist.torchrun import torchrun
 
 __all__ = ["launch", "torchrun", "choose_backend", "rank_device", "start_fork_server", "run_ranks", "RankJob",

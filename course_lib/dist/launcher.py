@@ -9,16 +9,12 @@ process sentinels, so a failure is reported at once and a hang at the deadline, 
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing as mp
-import multiprocessing.spawn as mp_spawn
 import os
 import re
 import shutil
 import signal
 import tempfile
 import textwrap
-import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
@@ -28,9 +24,11 @@ import cloudpickle
 
 from course_lib.devices import usable_cores
 from course_lib.dist.backend import LaunchError, choose_backend
+from course_lib.dist.forkserver import (ranks_do_not_import_main, context, kill_sandbox_processes, sandboxed,
+                                        start_fork_server)
 from course_lib.dist.relay import OutputRelay
 
-__all__ = ["launch", "run_ranks", "RankJob", "start_fork_server", "RankFailed", "LaunchTimeout"]
+__all__ = ["launch", "run_ranks", "RankJob", "RankFailed", "LaunchTimeout"]
 
 MAX_RESULT_BYTES = 2**30  # per rank
 WIDTH = 100  # characters per line of the launcher's own messages: a notebook breaks longer ones mid-word
@@ -66,7 +64,9 @@ class RankJob:
     prefix_output: bool = True  # "[rank N] " before each line a rank prints
     plain_results: bool = False  # results come back only as plain data (torch.load weights_only)
     env: dict[str, str] | None = None  # extra environment variables for the ranks
-    confinement: Any = None  # the grader's policy: prepare_folder(path) here, apply() in each rank
+    # The grader's policy: prepare_folder(path) here, apply() in each rank, and fork_server_executable,
+    # the sandbox (or None) the ranks are forked in. Learners' launches carry none.
+    confinement: Any = None
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
@@ -90,50 +90,6 @@ def run_ranks(job: RankJob) -> list[Any]:
         return run.wait()
     finally:
         run.close()
-
-
-_context: mp.context.BaseContext | None = None
-_start_lock = threading.Lock()
-
-
-def start_fork_server() -> None:
-    """Start the fork server that ranks are forked from, with torch already imported (notebook 04).
-
-    The first launch calls this itself and pays about two seconds; calling it early hides that.
-    """
-    global _context
-    if _context is None:
-        context = mp.get_context("forkserver")
-        context.set_forkserver_preload(["course_lib.dist.rank"])
-        _context = context
-    from multiprocessing import forkserver
-
-    with _ranks_do_not_import_main():
-        forkserver.ensure_running()
-
-
-@contextlib.contextmanager
-def _ranks_do_not_import_main():
-    """Stop multiprocessing from re-running the parent's __main__ in each rank.
-
-    The function travels by value with cloudpickle, so the ranks never need the parent's
-    script; re-running it would re-run an unguarded script's launch() in every rank (the
-    classic missing `if __name__ == "__main__"`), and costs time.
-    """
-    original = mp_spawn.get_preparation_data
-
-    def without_main(name):
-        data = original(name)
-        data.pop("init_main_from_path", None)
-        data.pop("init_main_from_name", None)
-        return data
-
-    with _start_lock:
-        mp_spawn.get_preparation_data = without_main
-        try:
-            yield
-        finally:
-            mp_spawn.get_preparation_data = original
 
 
 def _check(job: RankJob) -> None:
@@ -206,7 +162,7 @@ class _Launch:
     def start(self) -> None:
         from course_lib.dist import rank as rank_module
 
-        start_fork_server()
+        start_fork_server(getattr(self.job.confinement, "fork_server_executable", None))
         self.scratch = tempfile.mkdtemp(prefix="course-launch-")
         if self.job.confinement is not None:
             self.job.confinement.prepare_folder(self.scratch)  # e.g. the grader's user must reach the store
@@ -222,12 +178,12 @@ class _Launch:
             confinement=self.job.confinement,
         )
         for rank in range(self.n):
-            result_r, result_w = _context.Pipe(duplex=False)
-            out_r, out_w = _context.Pipe(duplex=False)
-            err_r, err_w = _context.Pipe(duplex=False)
-            process = _context.Process(target=rank_module.rank_main, name=f"rank-{rank}", daemon=False,
+            result_r, result_w = context().Pipe(duplex=False)
+            out_r, out_w = context().Pipe(duplex=False)
+            err_r, err_w = context().Pipe(duplex=False)
+            process = context().Process(target=rank_module.rank_main, name=f"rank-{rank}", daemon=False,
                                        args=(rank, self.n, self.payload, result_w, out_w, err_w, options))
-            with _ranks_do_not_import_main():
+            with ranks_do_not_import_main(sandboxed()):
                 process.start()
             for conn in (result_w, out_w, err_w):
                 conn.close()  # the rank holds the only write ends, so EOF means it is gone
@@ -312,8 +268,13 @@ class _Launch:
                              + textwrap.fill(detail, WIDTH))
 
     def close(self) -> None:
-        for process in self.processes:
-            _kill(process)
+        if sandboxed():  # the pids the fork server reported are the sandbox's: never signal them out here
+            kill_sandbox_processes()
+            for process in self.processes:
+                process.join(timeout=5)
+        else:
+            for process in self.processes:
+                _kill(process)
         # What the ranks printed before they stopped still belongs in the cell.
         drain_deadline = time.monotonic() + 1.0
         while self.relay.streams and time.monotonic() < drain_deadline:

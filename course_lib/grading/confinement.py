@@ -1,8 +1,9 @@
-"""The grader's policy for processes that run a student's code: limits, user, working folder (the instructor's tool).
+"""The grader's policy for processes that run a student's code: sandbox, limits, user, folder (the instructor's tool).
 
 The grader writes a `Confinement` to a file and starts its judge with `pytest --confine FILE`; the
-judge's runner hands it to every launch, and each rank calls `apply()` before it loads any of the
-student's code. Learners' own launches carry none.
+judge's runner hands it to every launch. The launcher forks the ranks from a fork server started
+through `fork_server_executable` (the grader's sandbox, when it has one), and each rank calls
+`apply()` before it loads any of the student's code. Learners' own launches carry none.
 """
 
 from __future__ import annotations
@@ -19,12 +20,18 @@ __all__ = ["Confinement"]
 class Confinement:
     """Limits on every process that runs a student's code (0 or None: no limit)."""
 
-    memory_bytes: int = 0  # address space (RLIMIT_AS)
-    max_processes: int = 0  # processes and threads of the user (RLIMIT_NPROC)
+    rlimit_as_bytes: int = 0  # address space of each process (RLIMIT_AS); 0 where CUDA runs (it reserves more)
+    max_processes: int = 0  # processes and threads of the student's user (RLIMIT_NPROC; only with a user of its own)
     file_bytes: int = 0  # largest file it may write (RLIMIT_FSIZE)
     cwd: str | None = None  # its working folder: the student's scratch folder
     uid: int | None = None  # an unprivileged user of its own (only when the grader runs as root)
     gid: int | None = None
+    fork_server_executable: str | None = None  # runs the ranks' fork server in the student's sandbox
+    memory_limit_bytes: int = 0  # all of the student's processes together (a memory cgroup or the watchdog)
+    memory_cgroup: str | None = None  # that cgroup's folder: the judge reads its out-of-memory kills there
+    memory_cgroup_version: int = 1
+    memory_watchdog: bool = False  # no cgroup: the judge polls resident memory and kills above the limit
+    gpu_memory_fraction: float = 0.0  # of each GPU, for PyTorch's caching allocator in each process
 
     def to_file(self, path: str | os.PathLike) -> None:
         Path(path).write_text(json.dumps(asdict(self)))
@@ -39,15 +46,16 @@ class Confinement:
             os.chown(folder, self.uid, self.gid if self.gid is not None else self.uid)
 
     def apply(self) -> None:
-        """In the rank, before any student code runs: set the limits, change folder, drop to the student's user."""
+        """In the rank, before any student code runs: limits, the student's user, then its folder."""
         import resource
 
-        for limit, value in ((resource.RLIMIT_AS, self.memory_bytes), (resource.RLIMIT_NPROC, self.max_processes),
+        _volunteer_for_the_oom_killer()
+        for limit, value in ((resource.RLIMIT_AS, self.rlimit_as_bytes), (resource.RLIMIT_NPROC, self.max_processes),
                              (resource.RLIMIT_FSIZE, self.file_bytes)):
             if value:
                 resource.setrlimit(limit, (value, value))
-        if self.cwd:
-            os.chdir(self.cwd)
+        if self.gpu_memory_fraction:
+            _limit_gpu_memory(self.gpu_memory_fraction)
         if self.uid is not None and os.getuid() == 0:
             from course_lib.dist.rank import die_with_parent
 
@@ -55,3 +63,31 @@ class Confinement:
             os.setgid(self.gid if self.gid is not None else self.uid)
             os.setuid(self.uid)
             die_with_parent()  # Linux clears the parent-death signal when the user changes: set it again
+        if self.cwd:
+            # After the switch: in the sandbox the fork server's root has no CAP_DAC_OVERRIDE, so only the
+            # student's own user can enter its scratch folder (mode 700).
+            os.chdir(self.cwd)
+
+
+def _volunteer_for_the_oom_killer() -> None:
+    """When the student's memory cgroup is full, the kernel kills a rank, not the fork server the next tests need."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    except OSError:
+        pass
+
+
+def _limit_gpu_memory(fraction: float) -> None:
+    """Cap PyTorch's caching allocator at `fraction` of each GPU, once (if ever) this process initialises CUDA.
+
+    Queued with torch.cuda._lazy_call, so a rank that never touches CUDA creates no CUDA context. Advisory:
+    code can raise the cap again or allocate outside PyTorch; only MIG or MPS bound a GPU's memory for real.
+    """
+    import torch
+
+    def cap() -> None:
+        for device in range(torch.cuda.device_count()):
+            torch.cuda.set_per_process_memory_fraction(fraction, device)
+
+    torch.cuda._lazy_call(cap)

@@ -5,6 +5,7 @@
     pytest --target PATH          grade any folder of exNN_*.py files (the instructor's grader)
     pytest --course-report F      write each test's outcome and points to F as they finish (JSON lines)
     pytest --confine F            (the grader) confine the processes that run learner code, as F says
+    pytest --test-timeouts F      (the grader) a time limit per test, JSON {nodeid: seconds}
 
 pyproject.toml loads it with `-p course_lib.grading.plugin`; the grader's judge loads it the same way.
 Graded tests never import the graded files: they reach them through course_lib.grading.runner.
@@ -12,6 +13,7 @@ Graded tests never import the graded files: they reach them through course_lib.g
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,6 +35,7 @@ def pytest_addoption(parser):
                     help="what to grade: 'exercises' (default), 'solutions', or a folder of exNN_*.py files")
     group.addoption("--course-report", default=None, help="write outcomes and points to this file (JSON lines)")
     group.addoption("--confine", default=None, help="(the grader) JSON file of the confinement for learner code")
+    group.addoption("--test-timeouts", default=None, help="(the grader) JSON file of a time limit per test")
 
 
 def _target_folder(config) -> Path:
@@ -82,6 +85,19 @@ def pytest_collection_modifyitems(config, items):
                 reason = f"needs {wanted} CUDA GPU{'s' if wanted > 1 else ''}; this machine has {gpus}"
                 item.add_marker(pytest.mark.skip(reason=reason))
                 item.user_properties.append(("not_graded", reason))
+    if config.getoption("--test-timeouts"):
+        _apply_time_limits(items, json.loads(Path(config.getoption("--test-timeouts")).read_text()))
+
+
+def _apply_time_limits(items, limits: dict[str, float]) -> None:
+    """A pytest-timeout marker per test the grader calibrated (see course_lib.instructor.grade.time_limits).
+
+    pytest-timeout's signal method raises in the judge's main thread, inside the launcher's wait, whose
+    `finally` kills every rank: student code that ignores signals or sits in C changes nothing.
+    """
+    for item in items:
+        if item.nodeid in limits:
+            item.add_marker(pytest.mark.timeout(limits[item.nodeid]))
 
 
 def pytest_collection_finish(session):
@@ -137,8 +153,21 @@ _config = None
 def pytest_sessionstart(session):
     global _config
     _config = session.config
+    if session.config.getoption("--confine") and not session.config.getoption("--collect-only"):
+        from course_lib.grading.runner import warm_up_confined_ranks
+
+        warm_up_confined_ranks()  # a sandbox that cannot start fails the judge here, loudly
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if session.config.getoption("--confine"):
+        from course_lib.grading import runner
+
+        guard = runner._memory_guard
+        if guard is not None and guard.watchdog is not None:
+            guard.stop()
+            kills = ", ".join(f"{size / 2**30:.2f} GiB" for _, _, size in guard.watchdog.kills) or "none"
+            print(f"\n[grader] memory watchdog: peak {guard.watchdog.peak / 2**30:.2f} GiB of "
+                  f"{guard.limit / 2**30:g} GiB; processes killed: {kills}", flush=True)
     if session.config.course_report:
         append_record(session.config.course_report, {"exitstatus": int(exitstatus)})

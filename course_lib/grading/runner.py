@@ -23,9 +23,10 @@ from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
 
 __all__ = ["run", "call", "ExerciseFailed", "exercise_path", "load_exercise_file", "exception_raised_by",
-           "confine_learner_code"]
+           "confine_learner_code", "warm_up_confined_ranks"]
 
 _confinement = None  # the grader's Confinement, set once by the pytest plugin (--confine); None for learners
+_memory_guard = None  # the judge's view of that student's memory limit (grading.memory_guard), if it has one
 
 
 class ExerciseFailed(AssertionError):
@@ -34,8 +35,28 @@ class ExerciseFailed(AssertionError):
 
 def confine_learner_code(confinement) -> None:
     """Every later run() confines its child processes this way (the grader's judge calls it once)."""
-    global _confinement
+    global _confinement, _memory_guard
+    from course_lib.grading.memory_guard import MemoryGuard
+
     _confinement = confinement
+    _memory_guard = MemoryGuard.for_confinement(confinement) if confinement is not None else None
+
+
+def _nothing(rank: int, world_size: int) -> None:
+    return None
+
+
+def warm_up_confined_ranks() -> None:
+    """Start the confined fork server and run two empty gloo ranks once, then the memory guard (the grader's judge).
+
+    Before the first test, so that no test's time limit pays for the fork server's import of torch or a
+    first process group (seconds on a busy machine), and a sandbox that cannot start shows at once.
+    """
+    job = RankJob(_nothing, 2, (), backend="gloo", init_process_group=True, timeout=600, quiet=True,
+                  prefix_output=False, plain_results=True, confinement=_confinement)
+    run_ranks(job)
+    if _memory_guard is not None:
+        _memory_guard.start()
 
 
 def exercise_path(exercise: str, folder: str | os.PathLike | None = None) -> Path:
@@ -120,9 +141,12 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
     job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks), backend="gloo",
                   init_process_group=ranks, timeout=timeout, quiet=True, prefix_output=ranks, plain_results=True,
                   env={"COURSE_TARGET": os.path.dirname(path)}, confinement=_confinement)
+    kills = _memory_guard.kills() if _memory_guard is not None else 0
     try:
         results = run_ranks(job)
     except (RankFailed, LaunchTimeout) as error:
+        if _memory_guard is not None and _memory_guard.kills() > kills:  # a rank was stopped for memory
+            raise ExerciseFailed(f"{exercise}: {_memory_guard.message()}") from None
         raise _explain(exercise, error) from None
     return results if ranks else results[0]
 

@@ -8,64 +8,122 @@ import shutil
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.instructor.grade.judge import build_judge, collect_expected
 from course_lib.instructor.grade.report import Result, write_gradebook
-from course_lib.instructor.grade.sandbox import default_memory_gb, detect_sandbox, free_uids
+from course_lib.instructor.grade.sandbox import default_rlimit_as_gb, detect_isolation, gpu_present
 from course_lib.instructor.grade.student import Settings, grade_one, stop_all
 from course_lib.instructor.grade.submissions import find_submissions
+from course_lib.instructor.grade.time_limits import calibrate
+from course_lib.instructor.grade.users import UidClaim
 from course_lib.paths import SOLUTIONS
 
+GiB = 2**30
 
-def grade_class(submissions: Path, out: Path, jobs: int = 1, timeout: float = 900.0, test_timeout: float = 120.0,
-                hidden: Path | None = None, exercises: list[str] | None = None, memory_gb: float | None = None,
-                max_processes: int = 256, progress: bool = True) -> list[Result]:
+
+@dataclass
+class GradeOptions:
+    """How a class is graded (the command line's options; see cli.py for what each means)."""
+
+    jobs: int = 1
+    timeout: float = 900.0  # seconds for one student's whole run
+    test_timeout: float = 120.0  # a test's limit when not calibrated, and the most any calibrated limit may be
+    hidden: Path | None = None
+    exercises: list[str] | None = None
+    memory_gb: float = 4.0  # all of one student's processes together
+    address_space_gb: float | None = None  # each process; None: 6, or none on a CUDA machine
+    max_processes: int = 256
+    gpu_memory_fraction: float | None = None  # of each GPU per process; None: 0.9 / jobs where there are GPUs
+    isolation: str = "auto"  # auto, bwrap, unshare or none
+    memory_limiter: str = "auto"  # auto, cgroup or watchdog
+    calibrate: bool = True
+    time_factor: float = 4.0
+    time_floor: float = 5.0
+    use_cache: bool = True
+    progress: bool = True
+
+
+def _settings(out: Path, work: Path, submissions: Path, o: GradeOptions) -> Settings:
+    isolation = detect_isolation(o.isolation, o.memory_limiter)
+    rlimit_gb = default_rlimit_as_gb() if o.address_space_gb is None else o.address_space_gb
+    gpu_fraction = (round(0.9 / o.jobs, 3) if gpu_present() else 0.0) if o.gpu_memory_fraction is None \
+        else o.gpu_memory_fraction
+    bounds = [f"memory: {o.memory_gb:g} GiB for all of a student's processes together ({isolation.memory})",
+              f"address space: {f'{rlimit_gb:g} GiB per process' if rlimit_gb else 'no limit per process'}"]
+    if not rlimit_gb:
+        isolation.problems.append("no address-space limit per process (a CUDA machine, or --address-space-gb 0): "
+                                  "a single huge allocation is stopped by the memory limit above, more slowly")
+    if gpu_fraction:
+        bounds.append(f"GPU memory: PyTorch's allocator capped at {gpu_fraction:g} of each GPU per process "
+                      "(advisory: code that allocates outside PyTorch is not bounded)")
+    if isolation.users:
+        bounds.append(f"processes: {o.max_processes} per student")
+    print(isolation.describe() + "\nbounds: " + "; ".join(bounds), file=sys.stderr, flush=True)
+    judge = build_judge(work, o.hidden, o.exercises)
+    if not judge.tests:
+        raise SystemExit("error: no graded test files to run" + (f" for {', '.join(o.exercises)}" if o.exercises else ""))
+    judge.expected = collect_expected(judge, work, o.test_timeout)
+    return Settings(out=out, work=work, judge=judge, isolation=isolation, timeout=o.timeout,
+                    test_timeout=o.test_timeout, memory_bytes=int(o.memory_gb * GiB),
+                    rlimit_as_bytes=int(rlimit_gb * GiB), max_processes=o.max_processes,
+                    gpu_memory_fraction=gpu_fraction, hide=[SOLUTIONS, submissions, out, *([o.hidden] if o.hidden else [])])
+
+
+def grade_class(submissions: Path, out: Path, options: GradeOptions | None = None) -> list[Result]:
     """Grade every submission in `submissions`; write the gradebook and feedback to `out`; return the results."""
+    o = options or GradeOptions()
     submissions, out = submissions.resolve(), out.resolve()
-    hidden = hidden.resolve() if hidden else None
+    o.hidden = o.hidden.resolve() if o.hidden else None
     entries = [(name, path) for name, path in find_submissions(submissions) if path.resolve() != out]
-    sandbox = detect_sandbox()
-    if memory_gb is None:
-        memory_gb = default_memory_gb()
-    if not memory_gb:
-        sandbox.missing.append("no memory limit for student code (--memory-gb 0; on a CUDA machine that is the "
-                               "default, because CUDA reserves more address space than any useful limit)")
-    print(sandbox.describe(), file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="course-grade-"))
     os.chmod(work, 0o711)
+    claim = None
     try:
-        judge = build_judge(work, hidden, exercises)
-        if not judge.tests:
-            raise SystemExit("error: no graded test files to run" + (f" for {', '.join(exercises)}" if exercises else ""))
-        judge.expected = collect_expected(judge, work, test_timeout)
-        s = Settings(out=out, work=work, judge=judge, sandbox=sandbox, timeout=timeout, test_timeout=test_timeout,
-                     memory_bytes=int(memory_gb * 2**30), max_processes=max_processes,
-                     hide=[SOLUTIONS, submissions, out, *([hidden] if hidden else [])])
-        possible = sum(t.possible for t in judge.expected)
-        print(f"grading {len(entries)} submissions from {submissions}: {len(judge.expected)} graded tests, "
-              f"{possible:g} points possible, {jobs} at a time, at most {timeout:g} s each", file=sys.stderr, flush=True)
-        results = _grade_all(entries, s, jobs, progress)
-        write_gradebook(results, judge.expected, out / "grades.csv")
+        s = _settings(out, work, submissions, o)
+        claim = UidClaim(o.jobs) if s.isolation.users else None
+        uids = claim.uids if claim is not None else [None] * o.jobs
+        if claim is not None:
+            print(f"students' code runs as users {', '.join(map(str, uids))}", file=sys.stderr, flush=True)
+        if o.calibrate and SOLUTIONS.is_dir():
+            limits = calibrate(s, uids[0], o.time_factor, o.time_floor, o.jobs, o.use_cache)
+            limits.write(out / "time_limits.json")
+            print(limits.summary(), file=sys.stderr, flush=True)
+            if limits.reference_memory_peak_bytes > s.memory_bytes / 2:
+                print(f"WARNING: the reference solutions used {limits.reference_memory_peak_bytes / GiB:.1f} GiB of "
+                      f"memory, more than half of --memory-gb {o.memory_gb:g}: honest students may hit it",
+                      file=sys.stderr, flush=True)
+        else:
+            print(f"time limit per test: {o.test_timeout:g} s" + ("" if o.calibrate else " (--no-calibration)")
+                  + ("" if SOLUTIONS.is_dir() else " (no solutions/ here to calibrate from)"), file=sys.stderr)
+        possible = sum(t.possible for t in s.judge.expected)
+        print(f"grading {len(entries)} submissions from {submissions}: {len(s.judge.expected)} graded tests, "
+              f"{possible:g} points possible, {o.jobs} at a time, at most {o.timeout:g} s each", file=sys.stderr,
+              flush=True)
+        results = _grade_all(entries, s, uids, o.progress)
+        write_gradebook(results, s.judge.expected, out / "grades.csv")
         return sorted(results, key=lambda r: r.student.lower())
     finally:
+        if claim is not None:
+            claim.release()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _grade_all(entries: list[tuple[str, Path]], s: Settings, jobs: int, progress: bool) -> list[Result]:
-    uids: queue.Queue = queue.Queue()
-    for uid in (free_uids(jobs) if s.sandbox.users else [None] * jobs):
-        uids.put(uid)
+def _grade_all(entries: list[tuple[str, Path]], s: Settings, uids: list[int | None], progress: bool) -> list[Result]:
+    free: queue.Queue = queue.Queue()
+    for uid in uids:
+        free.put(uid)
 
     def task(index: int, name: str, entry: Path) -> Result:
-        uid = uids.get()
+        uid = free.get()
         try:
             return grade_one(name, entry, index, uid, s)
         except Exception as error:  # noqa: BLE001 - a bug here must cost one row, never the class
             return Result(name, "grader error", f"{type(error).__name__}: {error}", [], 0.0)
         finally:
-            uids.put(uid)
+            free.put(uid)
 
     results: list[Result] = []
     bar = None
@@ -73,9 +131,9 @@ def _grade_all(entries: list[tuple[str, Path]], s: Settings, jobs: int, progress
         from tqdm import tqdm
 
         bar = tqdm(total=len(entries), unit="student", file=sys.stderr, dynamic_ncols=True)
-    pool, futures = ThreadPoolExecutor(max_workers=max(1, jobs)), []
+    pool, futures = ThreadPoolExecutor(max_workers=len(uids)), []
     try:
-        futures = [pool.submit(task, i, name, entry) for i, (name, entry) in enumerate(entries)]
+        futures = [pool.submit(task, i, name, entry) for i, (name, entry) in enumerate(entries, 1)]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)

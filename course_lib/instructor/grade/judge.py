@@ -1,7 +1,7 @@
 """The judge: a trusted copy of the tests, and how one pytest process per student runs them.
 
 The judge never imports a student's code: its tests reach it through course_lib.grading.runner, in
-child processes confined as `--confine` says. It writes its verdicts, one JSON line per finished
+child processes confined as `--confine` says (forked in the student's sandbox). It writes its verdicts, one JSON line per finished
 test, to a report in a folder only the grader can write, so a judge killed at the time limit still
 counts the tests it finished.
 """
@@ -53,7 +53,7 @@ def build_judge(work: Path, hidden: Path | None, exercises: list[str] | None) ->
     return Judge(folder, tests)
 
 
-def judge_env(home: Path) -> dict[str, str]:
+def judge_env(home: Path, sandboxed: bool = False) -> dict[str, str]:
     """The judge's environment: only what Python, pytest and CUDA need, a home in the student's scratch folder."""
     keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
     env = {k: os.environ[k] for k in keep if k in os.environ}
@@ -65,19 +65,29 @@ def judge_env(home: Path) -> dict[str, str]:
         HOME=str(home),
         TMPDIR=str(home / "tmp"),
     )
+    if sandboxed:
+        # Only loopback exists in the sandbox, where gloo's lookup of the host name finds no address: it warns
+        # "Unable to resolve hostname" and falls back to loopback. Say so at once.
+        env["GLOO_SOCKET_IFNAME"] = "lo"
     return env
 
 
 def judge_command(judge: Judge, target: Path, report: Path, basetemp: Path, test_timeout: float,
-                  confine: Path | None = None, collect_only: bool = False) -> list[str]:
+                  confine: Path | None = None, collect_only: bool = False, time_limits: Path | None = None) -> list[str]:
+    """The judge's pytest command: --test-timeout for every test, or the calibrated limit in `time_limits`."""
     command = [
         sys.executable, "-m", "pytest", "-c", str(judge.folder / "pytest.ini"), "--rootdir", str(judge.folder),
         "--confcutdir", str(judge.folder), "-p", "no:cacheprovider", "-p", "course_lib.grading.plugin",
         "--import-mode=importlib", "--basetemp", str(basetemp), "-o", f"timeout={test_timeout:g}",
+        # SIGALRM in the judge's main thread: it raises inside the launcher's wait, which kills the ranks. The
+        # thread method would end the whole judge (os._exit) and lose the tests after this one.
+        "-o", "timeout_method=signal",
         "--target", str(target), "--course-report", str(report), "-q", "--tb=short", "-rN", *judge.tests,
     ]
     if confine is not None:
         command += ["--confine", str(confine)]
+    if time_limits is not None:
+        command += ["--test-timeouts", str(time_limits)]
     if collect_only:
         command.append("--collect-only")
     return command

@@ -1,185 +1,141 @@
-"""What protects the grader on this machine: users per student, mount namespaces, killing what is left.
+"""What protects the grader on this machine: the sandbox, users per student, memory bounds; said aloud.
 
-`detect_sandbox()` finds out once, at the start of a grading run, and `Sandbox.describe()` says it
-aloud, with a WARNING line for every protection this machine cannot give.
+`detect_isolation()` finds out once, at the start of a grading run, and `Isolation.describe()` prints the
+protections, with a WARNING line for every one this machine cannot give and what that leaves open.
+
+| protection | needs | without it |
+|---|---|---|
+| allow-list of files, no network, own pids (bwrap.py) | bubblewrap, as root or with user namespaces | a mount namespace hiding the known secrets (mount_namespace.py), a deny-list |
+| a user of its own per student (users.py) | root | student code runs as the grader's user |
+| all of a student's memory bounded (memory_cgroup.py) | a writable memory cgroup (root) | a watchdog on resident memory in the judge |
 """
 
 from __future__ import annotations
 
 import os
-import pwd
-import shlex
 import shutil
-import stat
 import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from course_lib.paths import ROOT
+from course_lib.instructor.grade.bwrap import SandboxSpec, bwrap_argv
+from course_lib.instructor.grade.memory_cgroup import CgroupInfo, detect_cgroup
+from course_lib.instructor.grade.mount_namespace import python_unreachable_by_others, unshare_prefix
 
-UID_BASE = 64000  # first of the users the students' code runs as (when the grader is root)
+MODES = ("bwrap", "unshare", "none")
 
 
 @dataclass
-class Sandbox:
-    """The isolation this machine allows, and what is missing (said once, at the start)."""
+class Isolation:
+    """The isolation this machine allows and the grader uses, and what is missing (said once, at the start)."""
 
     root: bool
-    hide_command: list[str] | None  # prefix that runs a command in a new mount namespace
-    missing: list[str] = field(default_factory=list)
+    mode: str  # bwrap (an allow-list), unshare (the fallback: a deny-list) or none
+    bwrap: str | None = None  # the bwrap executable, in mode bwrap
+    hide_command: list[str] | None = None  # the unshare prefix, in mode unshare
     users: bool = False  # each student's code runs as a user of its own (needs root)
+    memory: str = "watchdog"  # how all of a student's memory is bounded: cgroup or watchdog
+    cgroup: CgroupInfo | None = None
+    problems: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
-        have = ["a judge process apart from student code", "limits on memory, processes and file size",
-                "time limits per test and per student"]
+        have = ["a judge process apart from student code"]
+        if self.mode == "bwrap":
+            have.append("student code sees only an allow-list of the filesystem (bubblewrap: Python, its packages, "
+                        "the course library and its own scratch folder), no network but loopback, and none of the "
+                        "grader's processes")
+        elif self.mode == "unshare":
+            have.append("the solutions, submissions, hidden tests and the gradebook hidden by a mount namespace")
         if self.users:
             have.append("a user of its own for each student's code")
-        if self.hide_command:
-            have.append("solutions, submissions, hidden tests and the gradebook hidden by a mount namespace")
-        text = "protections: " + "; ".join(have)
-        for line in self.missing:
-            text += f"\nWARNING: {line}"
-        return text
+        have.append("the memory of all of a student's processes bounded by " +
+                    ("a memory cgroup" if self.memory == "cgroup" else "a watchdog on resident memory"))
+        have.append("time limits per test and per student")
+        return "protections: " + "; ".join(have) + "".join(f"\nWARNING: {line}" for line in self.problems)
 
 
-def detect_sandbox() -> Sandbox:
-    root = sys.platform.startswith("linux") and os.geteuid() == 0
-    missing = []
-    if not sys.platform.startswith("linux"):
-        missing.append("not Linux: no resource limits for student code beyond what the OS gives, no parent-death signal")
-    if not root:
-        missing.append(
-            "not running as root: student code runs as your own user, so it could read the solutions and hidden "
-            "tests (unless hidden below), change the course's files, or overwrite the judge's report. "
-            "Grade as root (e.g. in a container) for full isolation.")
-    hide = None
-    if sys.platform.startswith("linux") and shutil.which("unshare") and shutil.which("mount"):
-        prefix = ["unshare", "--mount"] if root else ["unshare", "--map-root-user", "--mount"]
-        with tempfile.TemporaryDirectory() as probe:
-            secret = Path(probe) / "secret"
-            secret.mkdir()
-            (secret / "file").write_text("x")
-            script = f"mount -t tmpfs -o size=16k,mode=0555 none {shlex.quote(str(secret))} && test ! -e {shlex.quote(str(secret / 'file'))}"
-            try:
-                ok = subprocess.run([*prefix, "sh", "-c", script], capture_output=True, timeout=30).returncode == 0
-            except (OSError, subprocess.TimeoutExpired):
-                ok = False
-        hide = prefix if ok else None
+def probe_bwrap(bwrap: str, root: bool) -> tuple[bool, str]:
+    """Can this user make the sandbox the grader needs (new mount, pid and network namespaces, loopback up)?"""
+    argv = bwrap_argv(SandboxSpec(read_only=[], writable=[], python=False), root=root, bwrap=bwrap)
+    argv += ["/bin/sh", "-c", "test -e /proc/1 && test ! -e /home && grep -q ' lo' /proc/net/dev"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return False, str(error)
+    return done.returncode == 0, (done.stderr or done.stdout).strip()[-300:]
+
+
+def _choose_mode(requested: str, root: bool, problems: list[str]) -> tuple[str, str | None, list[str] | None]:
+    bwrap = shutil.which("bwrap") if sys.platform.startswith("linux") else None
+    if bwrap and requested in ("auto", "bwrap"):
+        ok, why = probe_bwrap(bwrap, root)
+        if ok:
+            return "bwrap", bwrap, None
+        problems.append(f"bubblewrap is installed but cannot make a sandbox as this user ({why or 'it failed'}); "
+                        "unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone, or "
+                        "AppArmor's restriction on Ubuntu 24.04 and later)")
+    elif not bwrap:
+        problems.append("bubblewrap is missing (Debian/Ubuntu: apt-get install bubblewrap): student code is NOT "
+                        "confined to an allow-list of the filesystem, and has the network")
+    else:
+        problems.append(f"--isolation {requested}: bubblewrap is NOT used: student code is not confined to an "
+                        "allow-list of the filesystem, and has the network")
+    if requested == "bwrap":
+        raise SystemExit("error: --isolation bwrap, but bubblewrap cannot be used here: " + problems[-1])
+    prefix = unshare_prefix(root) if requested in ("auto", "unshare") else None
+    if prefix:
+        problems.append("falling back to hiding folders with a mount namespace: the solutions, the submissions, the "
+                        "hidden tests and the gradebook are hidden, but any OTHER copy of the course on this "
+                        "machine (a second checkout, a backup, a copy in /tmp or a home folder) is readable by "
+                        "student code")
+        return "unshare", None, prefix
+    if requested == "unshare":
+        raise SystemExit("error: --isolation unshare, but no mount namespace can be made here")
+    problems.append("no mount namespace either: the solutions and hidden tests are hidden from student code only "
+                    "by file permissions")
+    return "none", None, None
+
+
+def detect_isolation(requested: str = "auto", memory: str = "auto") -> Isolation:
+    """What this machine allows; `requested` (auto, bwrap, unshare, none) and `memory` (auto, cgroup, watchdog) force."""
+    linux = sys.platform.startswith("linux")
+    root = linux and os.geteuid() == 0
+    problems: list[str] = []
+    if not linux:
+        problems.append("not Linux: no sandbox, no user per student, no resource limits beyond what the OS gives")
+    mode, bwrap, prefix = _choose_mode(requested, root, problems) if linux else ("none", None, None)
     users = root
-    if root and hide is None and any(_blocked_ancestor(p) for p in _needed_paths(Path(tempfile.gettempdir()))):
+    if root and mode == "none" and python_unreachable_by_others():
         users = False
-        missing.append(f"Python ({sys.base_prefix}) lies in a folder other users cannot enter and no mount namespace "
-                       "can be made to open it: student code runs as root, with only resource limits")
-    if hide is None:
-        missing.append("no mount namespace (`unshare --mount` failed or is missing): the solutions, the other "
-                       "submissions and the hidden tests are hidden from student code only by file permissions")
-    return Sandbox(root=root, hide_command=hide, missing=missing, users=users)
+        problems.append(f"Python ({sys.base_prefix}) lies in a folder other users cannot enter and no sandbox can "
+                        "open it: student code runs as root, with only resource limits")
+    if not root and mode == "bwrap":
+        problems.append("not running as root: student code runs as your own user, inside the sandbox (it sees only "
+                        "the allow-list and none of your processes); no user of its own, no limit on its number of "
+                        "processes")
+    elif not root:
+        problems.append("not running as root and no sandbox: student code runs as your own user and can read and "
+                        "change every file you can that is not hidden, signal the judge, and overwrite its report. "
+                        "Grade as root (e.g. in a container) for full isolation.")
+    cgroup = detect_cgroup() if linux else None
+    usable = cgroup is not None and cgroup.memory is not None
+    if memory == "cgroup" and not usable:
+        raise SystemExit("error: --memory-limiter cgroup, but no memory cgroup can be made here"
+                         + (f" ({cgroup.problem})" if cgroup and cgroup.problem else ""))
+    chosen = "cgroup" if usable and memory != "watchdog" else "watchdog"
+    if chosen == "watchdog":
+        why = ("--memory-limiter watchdog" if usable else
+               (cgroup.problem if cgroup and cgroup.problem else "no cgroup file system"))
+        problems.append(f"no memory cgroup ({why}): memory is bounded by a watchdog that polls resident memory every "
+                        "0.1 s, so a fast allocation can pass the limit by up to about a gigabyte before it is killed")
+    return Isolation(root=root, mode=mode, bwrap=bwrap, hide_command=prefix, users=users, memory=chosen,
+                     cgroup=cgroup if chosen == "cgroup" else None, problems=problems)
 
 
-def free_uids(count: int, base: int = UID_BASE) -> list[int]:
-    """`count` user ids that no account uses: each running student gets its own."""
-    taken = {entry.pw_uid for entry in pwd.getpwall()}
-    uids, uid = [], base
-    while len(uids) < count:
-        if uid not in taken:
-            uids.append(uid)
-        uid += 1
-    return uids
-
-
-def kill_user(uid: int) -> None:
-    """SIGKILL every process of `uid` (a student's user): nothing it started survives its grading.
-
-    kill(-1) sent as that user reaches every process it owns, however it left its session or parent.
-    """
-    kill = shutil.which("kill") or "/bin/kill"
-    deadline = time.monotonic() + 10
-    while processes_of(uid) and time.monotonic() < deadline:
-        subprocess.run([kill, "-9", "-1"], user=uid, group=uid, extra_groups=[],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-        time.sleep(0.2)  # SIGKILL is delivered, and the processes leave /proc, a moment later
-
-
-def processes_of(uid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
-def _blocked_ancestor(path: Path) -> Path | None:
-    """The first folder above or at `path` that other users cannot pass through (mode without o+x)."""
-    for folder in [*reversed(path.parents), path]:
-        try:
-            if not os.stat(folder).st_mode & stat.S_IXOTH:
-                return folder
-        except OSError:
-            return None
-    return None
-
-
-def _needed_paths(work: Path) -> list[Path]:
-    """What the judge and the students' processes must reach: Python, its packages, the course, the scratch."""
-    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), ROOT, work.resolve()}
-    paths |= {Path(p).resolve() for p in sys.path if p and os.path.isdir(p)}
-    kept = []
-    for path in sorted(paths, key=lambda p: len(p.parts)):
-        if not any(k == path or k in path.parents for k in kept):
-            kept.append(path)
-    return kept
-
-
-def namespace_prefix(sandbox: Sandbox, hide: list[Path], work: Path) -> list[str]:
-    """Prefix that runs the judge in a mount namespace where `hide` are empty folders.
-
-    Python often lives in a folder other users cannot enter (pyenv or conda under /root): there an
-    empty tmpfs replaces that folder, and only what the judge needs is mounted back into it, so the
-    students' user can import Python's modules but sees nothing else of the instructor's home.
-    """
-    if not sandbox.hide_command:
-        return []
-    needed = _needed_paths(work)
-    steps = []
-    blocked: dict[Path, list[Path]] = {}
-    if sandbox.root:
-        for path in needed:
-            ancestor = _blocked_ancestor(path)
-            if ancestor is not None:
-                blocked.setdefault(ancestor, []).append(path)
-        stage = work / "stage"
-        for n, (ancestor, paths) in enumerate(sorted(blocked.items())):
-            for m, path in enumerate(paths):
-                staged = stage / f"{n}-{m}"
-                steps.append(f"mkdir -p {shlex.quote(str(staged))} && mount --bind {shlex.quote(str(path))} {shlex.quote(str(staged))}")
-        for n, (ancestor, paths) in enumerate(sorted(blocked.items())):
-            steps.append(f"mount -t tmpfs -o size=1m,mode=0755 none {shlex.quote(str(ancestor))}")
-            for m, path in enumerate(paths):
-                staged = stage / f"{n}-{m}"
-                steps.append(f"mkdir -p {shlex.quote(str(path))} && mount --bind {shlex.quote(str(staged))} {shlex.quote(str(path))}")
-    replaced = list(blocked) if sandbox.root else []
-    for path in hide:
-        path = path.resolve()
-        if not path.is_dir() or any(k == path or path in k.parents for k in needed):
-            continue  # hiding it would hide the judge's own files
-        if any(a == path or a in path.parents for a in replaced) and not any(k in path.parents for k in needed):
-            continue  # already gone: its folder was replaced by an empty one above
-        steps.append(f"mount -t tmpfs -o size=16k,mode=0555 none {shlex.quote(str(path))}")
-    if not steps:
-        return []
-    return [*sandbox.hide_command, "sh", "-c", " && ".join(steps) + ' && exec "$@"', "sh"]
-
-
-_running: dict[int, tuple[subprocess.Popen, int | None]] = {}  # judges now running: stopped if the grader is
-
-
-def default_memory_gb() -> float:
+def default_rlimit_as_gb() -> float:
     """6 GiB of address space per student process (importing torch takes 3.3), or none where CUDA is present."""
     return 0.0 if os.path.exists("/dev/nvidiactl") else 6.0
+
+
+def gpu_present() -> bool:
+    return os.path.exists("/dev/nvidiactl")

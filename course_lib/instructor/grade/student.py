@@ -1,4 +1,4 @@
-"""Grading one student: their files in a scratch folder of their own, their own judge process, their row."""
+"""Grading one student: their files in a scratch folder, their own sandbox and judge process, their row."""
 
 from __future__ import annotations
 
@@ -11,11 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.grading.confinement import Confinement
-from course_lib.grading.results import read_report
+from course_lib.grading.results import Report, TestOutcome, read_report
+from course_lib.instructor.grade.bwrap import SandboxSpec, bwrap_argv, write_sandbox_etc, write_sandboxed_python
 from course_lib.instructor.grade.judge import Judge, classify, judge_command, judge_env, merge
+from course_lib.instructor.grade.memory_cgroup import StudentCgroup
+from course_lib.instructor.grade.mount_namespace import namespace_prefix
 from course_lib.instructor.grade.report import Result, write_feedback, write_results_json
-from course_lib.instructor.grade.sandbox import Sandbox, kill_user, namespace_prefix
+from course_lib.instructor.grade.sandbox import Isolation
 from course_lib.instructor.grade.submissions import SubmissionError, collect_exercise_files
+from course_lib.instructor.grade.users import kill_user
+from course_lib.paths import ROOT
 
 MAX_WRITTEN_FILE = 64 * 2**20  # the largest file a student's code may write
 
@@ -27,12 +32,27 @@ class Settings:
     out: Path  # where grades.csv and each student's folder go
     work: Path  # the grader's own scratch folder
     judge: Judge
-    sandbox: Sandbox
+    isolation: Isolation
     timeout: float  # seconds for one student's whole run
-    test_timeout: float  # seconds for one test
-    memory_bytes: int  # address-space limit per student process; 0 for none
+    test_timeout: float  # seconds for a test without a calibrated limit
+    memory_bytes: int  # all of one student's processes together (cgroup or watchdog)
+    rlimit_as_bytes: int  # address space of each student process; 0 for none (CUDA)
     max_processes: int
+    gpu_memory_fraction: float  # of each GPU, per student process (PyTorch's allocator); 0 for none
     hide: list[Path]  # folders the students' processes must not see
+    time_limits: Path | None = None  # JSON {nodeid: seconds}: the calibrated limit of each test
+    limit_note: str = ""  # how those limits were set, for the students' feedback
+
+
+@dataclass
+class JudgeRun:
+    """What one judge process left: its exit code (None: stopped at the per-student limit), report and log."""
+
+    returncode: int | None
+    report: Report | None
+    log: Path
+    seconds: float
+    memory_peak_bytes: int = 0  # from the memory cgroup, where there is one
 
 
 _running: dict[int, tuple[subprocess.Popen, int | None]] = {}  # judges now running: stopped if the grader is
@@ -46,7 +66,7 @@ def stop_all() -> None:
 
 def _stop(process: subprocess.Popen, uid: int | None) -> None:
     try:
-        os.killpg(process.pid, signal.SIGKILL)  # the fork server and anything else left in the judge's session
+        os.killpg(process.pid, signal.SIGKILL)  # the judge and its sandbox (bwrap dies with its parent)
     except (ProcessLookupError, PermissionError):
         pass
     try:
@@ -72,11 +92,61 @@ def _scratch_for(home: Path, files: dict[str, bytes], uid: int | None) -> Path:
     return scratch
 
 
-def _run_judge(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: int | None) -> int | None:
+def _confinement(home: Path, scratch: Path, uid: int | None, cgroup: StudentCgroup | None,
+                 s: Settings) -> Confinement:
+    """The student's sandbox and limits, as the judge's ranks will apply them."""
+    argv = []
+    if s.isolation.mode == "bwrap":
+        spec = SandboxSpec(read_only=[ROOT / "course_lib"], writable=[scratch],
+                           etc_folder=write_sandbox_etc(home / "etc", uid), secrets=s.hide)
+        argv = bwrap_argv(spec, root=s.isolation.root, bwrap=s.isolation.bwrap)
+    executable = None
+    if argv or cgroup is not None:
+        executable = str(write_sandboxed_python(home / "judge" / "sandboxed-python", argv,
+                                                cgroup.procs_files() if cgroup is not None else []))
+    return Confinement(
+        rlimit_as_bytes=s.rlimit_as_bytes, max_processes=s.max_processes if uid is not None else 0,
+        file_bytes=MAX_WRITTEN_FILE, cwd=str(scratch), uid=uid, gid=uid, fork_server_executable=executable,
+        memory_limit_bytes=s.memory_bytes, memory_cgroup=str(cgroup.memory) if cgroup is not None else None,
+        memory_cgroup_version=cgroup.version if cgroup is not None else 1,
+        memory_watchdog=s.isolation.memory == "watchdog", gpu_memory_fraction=s.gpu_memory_fraction)
+
+
+def run_judge(name: str, files: dict[str, bytes], slot: int, uid: int | None, s: Settings) -> JudgeRun:
+    """Grade `files` (exNN_*.py by name) with one judge process in a sandbox of their own; keep only its verdicts."""
+    started = time.monotonic()
+    home = s.work / f"s{slot}-{name}"
+    home.mkdir(mode=0o711)
+    private = home / "judge"  # the judge's report and log: only the grader can read or write here
+    private.mkdir(mode=0o700)
+    scratch = _scratch_for(home, files, uid)
+    cgroup = (StudentCgroup(s.isolation.cgroup, f"course-grade-{os.getpid()}-{slot}", s.memory_bytes,
+                            s.max_processes) if s.isolation.memory == "cgroup" else None)
+    try:
+        _confinement(home, scratch, uid, cgroup, s).to_file(private / "confine.json")
+        report_path, log_path = private / "report.jsonl", private / "judge.log"
+        command = judge_command(s.judge, scratch / "exercises", report_path, private / "tmp", s.test_timeout,
+                                confine=private / "confine.json", time_limits=s.time_limits)
+        prefix = (namespace_prefix(s.isolation.hide_command, s.isolation.root, s.hide, s.work)
+                  if s.isolation.mode == "unshare" else [])
+        returncode = _run(prefix + command, s, scratch, log_path, uid)
+        peak = cgroup.peak_bytes() if cgroup is not None else 0
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+    report = read_report(report_path)
+    log = s.work / f"{home.name}.log"
+    shutil.move(log_path, log)  # the student's folder goes; the log stays for the instructor
+    shutil.rmtree(home, ignore_errors=True)
+    return JudgeRun(returncode, report, log, time.monotonic() - started, peak)
+
+
+def _run(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: int | None) -> int | None:
     """Run the judge; its exit code, or None if the per-student time limit ran out."""
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=s.judge.folder, env=judge_env(scratch), stdin=subprocess.DEVNULL,
-                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(command, cwd=s.judge.folder, env=judge_env(scratch, s.isolation.mode == "bwrap"),
+                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
         _running[process.pid] = (process, uid)
         try:
             process.wait(timeout=s.timeout)
@@ -88,38 +158,34 @@ def _run_judge(command: list[str], s: Settings, scratch: Path, log_path: Path, u
 
 
 def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -> Result:
-    """Grade one submission in its own scratch folder, with its own judge process."""
+    """Grade one submission in its own scratch folder and sandbox, with its own judge process."""
     started = time.monotonic()
-    home = s.work / f"s{slot}-{name}"
-    home.mkdir(mode=0o711)
-    private = home / "judge"  # the judge's report and log: only the grader can read or write here
-    private.mkdir(mode=0o700)
     try:
         files, found_in = collect_exercise_files(entry)
     except (SubmissionError, OSError) as error:
         result = Result(name, "grader error", f"could not read the submission: {error}", [], time.monotonic() - started)
         _write_student(result, s.out / name, None)
         return result
-    scratch = _scratch_for(home, files, uid)
-    confinement = Confinement(memory_bytes=s.memory_bytes, max_processes=s.max_processes,
-                              file_bytes=MAX_WRITTEN_FILE, cwd=str(scratch), uid=uid, gid=uid)
-    confinement.to_file(private / "confine.json")
-    report_path, log_path = private / "report.jsonl", private / "judge.log"
-    command = judge_command(s.judge, scratch / "exercises", report_path, private / "tmp", s.test_timeout,
-                            confine=private / "confine.json")
-    returncode = _run_judge(namespace_prefix(s.sandbox, s.hide, s.work) + command, s, scratch, log_path, uid)
-    report = read_report(report_path)
-    status, detail = classify(returncode, returncode is None, report, s.timeout)
-    finished = report.tests if report is not None else {}
+    run = run_judge(name, files, slot, uid, s)
+    status, detail = classify(run.returncode, run.returncode is None, run.report, s.timeout)
+    finished = run.report.tests if run.report is not None else {}
     if status == "grader error" and not finished:
-        detail += ": " + _tail(log_path, 1500)
+        detail += ": " + _tail(run.log, 1500)
     tests = merge(s.judge.expected, finished, status) if status != "grader error" or finished else []
     if not files:
         detail = (detail + "; " if detail else "") + "no exNN_*.py files found in the submission"
-    result = Result(name, status, detail, tests, time.monotonic() - started, found_in)
-    _write_student(result, s.out / name, log_path)
-    shutil.rmtree(home, ignore_errors=True)
+    result = Result(name, status, detail, _say_time_limits(tests, s), time.monotonic() - started, found_in)
+    _write_student(result, s.out / name, run.log)
+    run.log.unlink(missing_ok=True)
     return result
+
+
+def _say_time_limits(tests: list[TestOutcome], s: Settings) -> list[TestOutcome]:
+    """A test stopped at its time limit says what the limit was and how it was set."""
+    for test in tests:
+        if "Timeout (>" in test.message and s.limit_note:
+            test.message += f"\n({s.limit_note})"
+    return tests
 
 
 def _write_student(result: Result, folder: Path, log_path: Path | None) -> None:

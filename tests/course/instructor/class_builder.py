@@ -1,5 +1,9 @@
 """Builds a small class of ex00 submissions for tests/course/test_grade.py: honest ones, and ones that cheat or misbehave.
 
+`paths` (see build_class) also names two copies of the solutions outside the course folder, made by the test
+(a temp folder and a fake home folder), which the spy looks for, and a service on the host that the network
+student asks for the solution.
+
 Each student's exercises/ex00_warmup.py is the reference solution or the stub, with some functions
 redefined after it (a later `def` replaces an earlier one). `EXPECTED` says what each deserves, with the
 course's ex00 tests (2 + 1 + 2 + 2 points) and the one hidden test below (1 point):
@@ -10,7 +14,9 @@ course's ex00 tests (2 + 1 + 2 + 2 points) and the one hidden test below (1 poin
 from __future__ import annotations
 
 import shutil
+import socket
 import textwrap
+import threading
 import zipfile
 from pathlib import Path
 
@@ -213,6 +219,17 @@ def sources(paths: dict[str, Path]) -> dict[str, str]:
             def all_reduce_mean(tensor):
                 return _borrow()["all_reduce_mean"](tensor)
             """),
+        "spy": _with(stub, SPY.replace("KNOWN_COPIES", repr([str(c) for c in paths.get("copies", [])]))),
+        "network": _with(stub, NETWORK.replace("ADDRESSES", repr(paths.get("service", [])))),
+        "loops_everywhere": _with(stub, """
+            def shard_range(num_items, world_size, rank):
+                while True:
+                    pass
+
+            def all_reduce_mean(tensor):
+                while True:
+                    pass
+            """),
         "memory_hog": _with(solution, """
             _solution_shard_range = shard_range
 
@@ -222,6 +239,67 @@ def sources(paths: dict[str, Path]) -> dict[str, str]:
             """),
     }
 
+
+SPY = '''
+import glob, os, sys
+
+def _find():
+    """Another copy of the solutions: where the test made them, above the working folder, beside sys.path,
+    in /tmp, in home folders, through /proc."""
+    places = list(KNOWN_COPIES)
+    folder = os.getcwd()
+    while folder != os.path.dirname(folder):
+        places += [os.path.join(folder, "solutions"), os.path.join(folder, "*", "solutions")]
+        folder = os.path.dirname(folder)
+    for entry in sys.path:
+        places += [os.path.join(entry, "solutions"), os.path.join(os.path.dirname(entry), "solutions")]
+    places += ["/tmp/*/solutions", "/tmp/*/*/solutions", "/tmp/*/*/*/solutions", "/home/*/*/solutions",
+               "/root/*/solutions", os.path.expanduser("~/*/solutions"), "/work/*/solutions", "/work/*/*/solutions",
+               "/proc/*/root/tmp/*/solutions", "/proc/*/cwd/solutions", "/proc/*/cwd/../solutions"]
+    for pattern in places:
+        for found in glob.glob(pattern):
+            try:
+                code = open(os.path.join(found, "ex00_warmup.py")).read()
+            except OSError:
+                continue
+            if "BEGIN SOLUTION" in code:
+                scope = {}
+                exec(compile(code, found, "exec"), scope)
+                return scope
+    raise RuntimeError("spy found no copy of the solutions in %d places" % len(places))
+
+def shard_range(num_items, world_size, rank):
+    return _find()["shard_range"](num_items, world_size, rank)
+
+def all_reduce_mean(tensor):
+    return _find()["all_reduce_mean"](tensor)
+'''
+
+NETWORK = '''
+import socket
+
+def _fetch():
+    errors = []
+    for address in [tuple(a) for a in ADDRESSES] + [("1.1.1.1", 53)]:
+        try:
+            with socket.create_connection(address, timeout=3) as connection:
+                connection.sendall(b"GET\\n")
+                data = b""
+                while chunk := connection.recv(65536):
+                    data += chunk
+            scope = {}
+            exec(data.decode(), scope)
+            return scope
+        except OSError as error:
+            errors.append(f"{address}: {error}")
+    raise RuntimeError("network found nothing: " + "; ".join(errors))
+
+def shard_range(num_items, world_size, rank):
+    return _fetch()["shard_range"](num_items, world_size, rank)
+
+def all_reduce_mean(tensor):
+    return _fetch()["all_reduce_mean"](tensor)
+'''
 
 # (status, total) each deserves, out of 8 possible; the comments say why.
 EXPECTED = {
@@ -239,6 +317,9 @@ EXPECTED = {
     "vandal": ("ok", 8),  # correct code; its deletions outside its folder must all fail
     "copier": ("ok", 0),  # tries to read the solutions and another student's submission
     "memory_hog": ("ok", 4),  # shard_range's 16 GiB allocation fails; all_reduce_mean passes
+    "spy": ("ok", 0),  # looks for another copy of the solutions on the machine: the sandbox shows none
+    "network": ("ok", 0),  # asks a service on the host for the solution: the sandbox has no network
+    "loops_everywhere": ("ok", 0),  # every function loops: each test stops at its time limit
     "symlinker": ("ok", 0),  # exercises/ex00_warmup.py is a link to the reference solution: not taken
 }
 
@@ -254,10 +335,14 @@ def pytest_runtest_makereport(item, call):
 '''
 
 
-def build_class(base: Path) -> dict[str, Path]:
-    """Write the class under `base`; return the paths: submissions, out, hidden, victim."""
+def build_class(base: Path, copies: list[Path] = (), service: list[tuple[str, int]] = ()) -> dict:
+    """Write the class under `base`; return the paths: submissions, out, hidden, victim (and copies, service).
+
+    `copies`: folders that hold another copy of the solutions (the spy is told where); `service`: addresses
+    of a service on the host that hands out the solution (the network student asks it).
+    """
     paths = {"submissions": base / "submissions", "out": base / "out", "hidden": base / "hidden",
-             "victim": base / "victim" / "precious.txt"}
+             "victim": base / "victim" / "precious.txt", "copies": list(copies), "service": list(service)}
     paths["submissions"].mkdir(parents=True)
     paths["hidden"].mkdir()
     (paths["hidden"] / "test_ex00_hidden.py").write_text(HIDDEN_TEST)
@@ -315,6 +400,56 @@ def stuck_source() -> str:
         while True:
             pass
         """)
+
+
+def copy_solutions_to(base: Path, relative: str) -> Path:
+    """A world-readable copy of the course's solutions at base/relative (a test makes it outside the course folder)."""
+    folder = base / relative
+    shutil.copytree(ROOT / "solutions", folder, ignore=shutil.ignore_patterns("__pycache__", "wrong_answers"))
+    for path in [base, *(p for p in folder.parents if base in p.parents), folder]:
+        path.chmod(0o755)
+    for path in folder.iterdir():
+        path.chmod(0o644)
+    return folder
+
+
+def host_address() -> str:
+    """This machine's own address on its network (not loopback), as another machine would reach it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("10.255.255.255", 1))  # no packet is sent: this only picks the outgoing interface
+            return probe.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+class SolutionService(threading.Thread):
+    """A service on the host that hands the reference solution to whoever connects, and counts them."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.text, self.connections = _solution().encode(), []
+        self.server = socket.socket()
+        self.server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.server.bind(("0.0.0.0", 0))
+        self.server.listen()
+        self.port = self.server.getsockname()[1]
+        self.addresses = [("127.0.0.1", self.port), (host_address(), self.port)]
+
+    def run(self):
+        while True:
+            try:
+                connection, address = self.server.accept()
+            except OSError:
+                return
+            self.connections.append(address)
+            with connection:
+                connection.recv(16)  # read the request first: closing with unread data resets the reply
+                connection.sendall(self.text)
+                connection.shutdown(socket.SHUT_WR)
+
+    def close(self):
+        self.server.close()
 
 
 def copy_solution_folder(target: Path) -> None:

@@ -1,7 +1,10 @@
 """The instructor's grader: a class of honest, cheating and misbehaving submissions, each graded as it deserves.
 
-The class (tests/course/class_builder.py) is graded on ex00 only, with one hidden test, two at a time;
-every student's row, results.json and feedback are checked, and the grading must end in bounded time.
+The class (class_builder.py) is graded on ex00 only, with one hidden test, two at a time; every student's
+row, results.json and feedback are checked, and the grading must end in bounded time. The test makes two
+copies of the solutions outside the course folder (in a temp folder and a fake home folder) and runs a
+service on the host that hands out the solution: the spy and the network student must get nothing from
+either. Set COURSE_GRADE_UID_BASE to keep the students' users apart from another grader's on this machine.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,20 +25,38 @@ import pytest
 
 from course_lib.grading.results import Report, TestOutcome
 from course_lib.instructor.grade.judge import classify, merge
+from course_lib.instructor.grade.memory_cgroup import detect_cgroup
 from course_lib.instructor.grade.report import Result
-from course_lib.instructor.grade.sandbox import free_uids, processes_of
+from course_lib.instructor.grade.sandbox import probe_bwrap
 from course_lib.instructor.grade.submissions import collect_exercise_files
+from course_lib.instructor.grade.users import processes_of
 from course_lib.paths import ROOT
 
-from class_builder import EXPECTED, build_class, copy_solution_folder, stuck_source
+from class_builder import (EXPECTED, SolutionService, build_class, copy_solution_folder, copy_solutions_to, sources,
+                           stuck_source)
 PYTHON = sys.executable
-TEST_TIMEOUT = 15  # seconds per test in the class: the hangs cost this much each
-CLASS_LIMIT = 300  # the whole class must be graded within this (it takes about 2 minutes on 2 busy cores)
+TEST_TIMEOUT = 15  # seconds: the most any test of the class may take (the calibrated limits are lower)
+CLASS_LIMIT = 600  # the whole class must be graded within this (about 4 minutes on 2 busy cores)
+LOOP_MARGIN = 60  # a student who loops everywhere: the sum of its tests' limits + this (its judge's start)
 
+
+def _bwrap_problem() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "not Linux"
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap is not installed (Debian: apt-get install bubblewrap; python3 course.py test does it as root)"
+    ok, why = probe_bwrap(bwrap, os.geteuid() == 0)
+    return None if ok else f"bubblewrap cannot make a sandbox here: {why}"
+
+
+BWRAP_PROBLEM = _bwrap_problem()
 needs_solutions = pytest.mark.skipif(not (ROOT / "solutions" / "ex00_warmup.py").exists(),
                                      reason="needs the reference solutions (not in the student release)")
 needs_root_linux = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                       reason="the full sandbox (a user per student) needs root on Linux")
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None,
+                                 reason=f"the allow-list sandbox is NOT tested here: {BWRAP_PROBLEM}")
 
 
 def _grade(submissions: Path, out: Path, *extra: str, limit: float) -> tuple[subprocess.CompletedProcess, float]:
@@ -54,23 +76,38 @@ def graded_class():
     # Not pytest's tmp_path: its folders are private to root, which would hide the class from the students'
     # users whatever the grader did. Here everything is readable by all, as an instructor's files often are.
     base = Path(tempfile.mkdtemp(prefix="course-grade-test-"))
+    elsewhere = [Path(tempfile.mkdtemp(prefix="course-copy-")), Path(tempfile.mkdtemp(prefix="course-home-"))]
     os.chmod(base, 0o755)
+    service = SolutionService()
+    service.start()
     try:
-        yield _grade_the_class(base)
+        copies = [copy_solutions_to(elsewhere[0], "solutions"), copy_solutions_to(elsewhere[1], "alice/course/solutions")]
+        yield _grade_the_class(base, copies, service)
     finally:
-        shutil.rmtree(base, ignore_errors=True)
+        service.close()
+        for folder in [base, *elsewhere]:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _grade_the_class(base: Path) -> dict:
-    paths = build_class(base)
+def _grade_the_class(base: Path, copies: list[Path], service: SolutionService) -> dict:
+    paths = build_class(base, copies, service.addresses)
     before = {p: p.read_bytes() for p in paths["submissions"].rglob("*") if p.is_file() and not p.is_symlink()}
     done, seconds = _grade(paths["submissions"], paths["out"], "--jobs", "2", "--timeout", "200",
                            "--test-timeout", str(TEST_TIMEOUT), "--tests", str(paths["hidden"]), limit=CLASS_LIMIT + 60)
-    return {**paths, "done": done, "seconds": seconds, "before": before}
+    copies_there = all((c / "ex00_warmup.py").exists() for c in copies)
+    return {**paths, "done": done, "seconds": seconds, "before": before, "service": service,
+            "copies_there": copies_there}
+
+
+def _users(stderr: str) -> list[int]:
+    """The students' users the grader said it used."""
+    found = re.search(r"students' code runs as users ([\d, ]+)", stderr)
+    return [int(u) for u in found.group(1).split(",")] if found else []
 
 
 @needs_solutions
 @needs_root_linux
+@needs_bwrap
 def test_class_is_graded_in_bounded_time_with_one_row_per_student(graded_class):
     done = graded_class["done"]
     assert done.returncode == 0, done.stdout + done.stderr
@@ -78,11 +115,13 @@ def test_class_is_graded_in_bounded_time_with_one_row_per_student(graded_class):
     rows = _rows(graded_class["out"])
     assert set(rows) == set(EXPECTED)
     assert list(rows["correct"])[:7] == ["student", "status", "ex00", "ex00 hidden", "total", "possible", "not graded"]
-    assert "protections:" in done.stderr and "a user of its own" in done.stderr
+    assert "protections:" in done.stderr and "a user of its own" in done.stderr and "allow-list" in done.stderr
+    assert "time limits per test" in done.stderr and (graded_class["out"] / "time_limits.json").exists()
 
 
 @needs_solutions
 @needs_root_linux
+@needs_bwrap
 @pytest.mark.parametrize("student", sorted(EXPECTED))
 def test_each_student_gets_what_they_deserve(graded_class, student):
     status, total = EXPECTED[student]
@@ -108,6 +147,7 @@ def _messages(graded_class, student: str) -> dict[str, str]:
 
 @needs_solutions
 @needs_root_linux
+@needs_bwrap
 def test_hangs_are_killed_at_the_test_timeout_and_exits_are_failures(graded_class):
     loop = _messages(graded_class, "infinite_loop")
     assert all("Timeout" in m for n, m in loop.items() if "all_reduce" in n), loop
@@ -123,6 +163,20 @@ def test_hangs_are_killed_at_the_test_timeout_and_exits_are_failures(graded_clas
 
 @needs_solutions
 @needs_root_linux
+@needs_bwrap
+def test_a_student_who_loops_everywhere_costs_seconds_per_test(graded_class):
+    limits = json.loads((graded_class["out"] / "time_limits.json").read_text())["limits"]
+    assert len(limits) == 5 and all(seconds <= TEST_TIMEOUT for seconds in limits.values()), limits
+    loops = _messages(graded_class, "loops_everywhere")
+    assert all("Timeout" in m and "reference solution's time" in m for m in loops.values()), loops
+    bound = sum(limits.values()) + LOOP_MARGIN  # every test at its limit, and the judge's start
+    seconds = float(_rows(graded_class["out"])["loops_everywhere"]["seconds"])
+    assert seconds < bound, f"loops_everywhere took {seconds:.0f} s; the bound is {bound:.0f} s"
+
+
+@needs_solutions
+@needs_root_linux
+@needs_bwrap
 def test_cheats_cannot_reach_solutions_hidden_tests_or_other_files(graded_class):
     copier = " ".join(_messages(graded_class, "copier").values())
     assert "copier found nothing to copy" in copier and "saw hidden tests: ," not in copier
@@ -139,8 +193,23 @@ def test_cheats_cannot_reach_solutions_hidden_tests_or_other_files(graded_class)
 
 @needs_solutions
 @needs_root_linux
+@needs_bwrap
+def test_other_copies_of_the_solutions_and_the_network_are_out_of_reach(graded_class):
+    assert graded_class["copies_there"], "the copies of the solutions the spy looks for were gone during grading"
+    spy = " ".join(_messages(graded_class, "spy").values())
+    assert "spy found no copy of the solutions" in spy, spy
+    network = " ".join(_messages(graded_class, "network").values())
+    assert "network found nothing" in network and "unreachable" in network, network
+    assert graded_class["service"].connections == [], "student code reached the service on the host"
+
+
+@needs_solutions
+@needs_root_linux
+@needs_bwrap
 def test_nothing_a_student_started_outlives_the_grading(graded_class):
-    for uid in free_uids(2):
+    users = _users(graded_class["done"].stderr)
+    assert len(users) == 2
+    for uid in users:
         assert processes_of(uid) == [], f"processes of user {uid} are still running"
 
 
@@ -153,7 +222,7 @@ def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
     copy_solution_folder(submissions / "honest")
     (submissions / "broken.zip").write_bytes(b"PK\x03\x04 this is not a zip file")
     done, seconds = _grade(submissions, tmp_path / "out", "--jobs", "2", "--timeout", "25", "--test-timeout", "120",
-                           limit=200)
+                           "--no-calibration", limit=200)
     rows = _rows(tmp_path / "out")
     assert rows["stuck"]["status"] == "timeout" and rows["stuck"]["total"] == "0" and rows["stuck"]["possible"] == "7"
     assert "time limit" in rows["stuck"]["detail"]
@@ -167,8 +236,64 @@ def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
     stuck = json.loads((tmp_path / "out" / "stuck" / "results.json").read_text())
     assert all(t["status"] == "failed" and "time limit" in t["output"] for t in stuck["tests"])
     assert seconds < 120
-    for uid in free_uids(2):
+    for uid in _users(done.stderr):
         assert processes_of(uid) == [], f"processes of user {uid} are still running"
+
+
+def _small_class(base: Path, names: list[str], **paths) -> Path:
+    """Some of the class's students, each a folder with its ex00_warmup.py."""
+    texts = sources({"victim": base / "victim", "submissions": base / "submissions", "out": base / "out",
+                     "hidden": base / "hidden", **paths})
+    for name in names:
+        (base / "submissions" / name).mkdir(parents=True)
+        (base / "submissions" / name / "ex00_warmup.py").write_text(texts[name])
+    return base / "submissions"
+
+
+def _cgroup_problem() -> str | None:
+    info = detect_cgroup() if sys.platform.startswith("linux") else None
+    if info is None or info.memory is None:
+        return f"no memory cgroup can be made here ({info.problem if info else 'no cgroup file system'})"
+    return None
+
+
+@needs_solutions
+@needs_root_linux
+@pytest.mark.parametrize("limiter", ["cgroup", "watchdog"])
+def test_a_memory_hog_without_an_address_space_limit_is_stopped_with_a_memory_message(tmp_path, limiter):
+    """The CUDA machine's case: no RLIMIT_AS (CUDA reserves too much), so the cgroup or the watchdog must act."""
+    if limiter == "cgroup" and _cgroup_problem():
+        pytest.skip(_cgroup_problem())
+    submissions = _small_class(tmp_path, ["correct", "memory_hog"])
+    # --time-floor: the hog fills pages for a few seconds before the limit; it must meet the memory limit first.
+    done, _ = _grade(submissions, tmp_path / "out", "--jobs", "2", "--address-space-gb", "0", "--memory-gb", "2",
+                     "--memory-limiter", limiter, "--time-floor", "40", "--test-timeout", "60", limit=400)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no address-space limit per process" in done.stderr
+    rows = _rows(tmp_path / "out")
+    assert (rows["correct"]["total"], rows["memory_hog"]["total"]) == ("7", "4"), rows
+    results = json.loads((tmp_path / "out" / "memory_hog" / "results.json").read_text())
+    hog = {t["name"]: t["output"] for t in results["tests"] if "shard_range" in t["name"]}
+    how = "memory cgroup" if limiter == "cgroup" else "memory watchdog"
+    assert all("more than 2 GiB of memory" in m and how in m for m in hog.values()), hog
+
+
+@needs_solutions
+@needs_root_linux
+def test_the_fallback_without_bubblewrap_hides_the_known_secrets_and_says_what_it_cannot(tmp_path):
+    elsewhere = Path(tempfile.mkdtemp(prefix="course-copy-"))
+    try:
+        copy = copy_solutions_to(elsewhere, "solutions")
+        submissions = _small_class(tmp_path, ["correct", "copier", "spy"], copies=[copy])
+        done, _ = _grade(submissions, tmp_path / "out", "--jobs", "2", "--isolation", "unshare", limit=400)
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING: --isolation unshare: bubblewrap is NOT used" in done.stderr
+    assert "any OTHER copy of the course on this machine" in done.stderr
+    rows = _rows(tmp_path / "out")
+    assert rows["correct"]["total"] == "7" and rows["copier"]["total"] == "0"  # the course's own solutions: hidden
+    assert rows["spy"]["total"] == "7"  # what the warning says: the copy elsewhere stays readable
 
 
 def test_status_says_timeout_crash_or_grader_error_never_a_silent_zero():

@@ -110,3 +110,11 @@ def test_as_root_a_missing_chromium_is_installed_with_apt_get_and_said_so(monkey
     course.prepare_browser()
     assert ran == [["apt-get", "install", "-y", "-q", "chromium"]]
     assert "installing Debian's chromium for the browser tests" in capsys.readouterr().out
+
+
+def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, capsys):
+    course = _course_py()
+    assert course.SYSTEM_PACKAGES["bwrap"] == "bubblewrap"  # the grader's sandbox, installed by `course.py test`
+    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)  # not root: nothing is installed, and it is said
+    course.ensure_system_packages({"no-such-command-for-the-course": "no-such-package"})
+    assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
