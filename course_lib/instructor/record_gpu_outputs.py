@@ -32,6 +32,8 @@ def cell_text(cell: dict) -> tuple[str, bool]:
             failed = True
         elif kind == "stream":
             parts.append("".join(output.get("text", "")))
+        elif "application/vnd.jupyter.widget-view+json" in output.get("data", {}):
+            continue  # a progress bar or a control: its text is a snapshot of a widget, not a result
         elif kind in ("execute_result", "display_data") and "text/plain" in output.get("data", {}):
             text = "".join(output["data"]["text/plain"])
             if not text.startswith("<Figure"):

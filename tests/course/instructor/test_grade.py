@@ -215,14 +215,20 @@ def test_nothing_a_student_started_outlives_the_grading(graded_class):
 
 @needs_solutions
 @needs_root_linux
-def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path):
+@pytest.mark.parametrize("limiter", ["cgroup", "watchdog"])
+def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path, limiter):
+    """Also the CUDA machine's case (no address-space limit; on the lent H100 there was no cgroup either): the
+    stuck student's 20 forked children share the pages of the process they were forked from, which must not
+    count 21 times towards its memory limit."""
+    if limiter == "cgroup" and _cgroup_problem():
+        pytest.skip(_cgroup_problem())
     submissions = tmp_path / "submissions"
     (submissions / "stuck").mkdir(parents=True)
     (submissions / "stuck" / "ex00_warmup.py").write_text(stuck_source())
     copy_solution_folder(submissions / "honest")
     (submissions / "broken.zip").write_bytes(b"PK\x03\x04 this is not a zip file")
     done, seconds = _grade(submissions, tmp_path / "out", "--jobs", "2", "--timeout", "25", "--test-timeout", "120",
-                           "--no-calibration", limit=200)
+                           "--no-calibration", "--address-space-gb", "0", "--memory-limiter", limiter, limit=200)
     rows = _rows(tmp_path / "out")
     assert rows["stuck"]["status"] == "timeout" and rows["stuck"]["total"] == "0" and rows["stuck"]["possible"] == "7"
     assert "time limit" in rows["stuck"]["detail"]

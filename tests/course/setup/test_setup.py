@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -47,12 +48,12 @@ def test_course_lab_serves_the_notebooks(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=30) as reply:
             assert reply.status == 200 and b"JupyterLab" in reply.read()
     finally:
-        try:
-            os.killpg(lab.pid, signal.SIGTERM)
-            lab.wait(timeout=20)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(lab.pid, signal.SIGKILL)
-            lab.wait()
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):  # the group is gone when JupyterLab could not start
+                os.killpg(lab.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                lab.wait(timeout=wait)
+                break
 
 
 def test_course_py_without_a_command_prints_its_usage():
