@@ -295,7 +295,9 @@ def test_the_fallback_without_bubblewrap_hides_the_known_secrets_and_says_what_i
     finally:
         shutil.rmtree(elsewhere, ignore_errors=True)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "WARNING: --isolation unshare: bubblewrap is NOT used" in done.stderr
+    # Where bubblewrap is installed the fallback was asked for; where it is not (the lent H100), it is missing.
+    assert ("WARNING: --isolation unshare: bubblewrap is NOT used" in done.stderr
+            or "WARNING: bubblewrap is missing" in done.stderr), done.stderr
     assert "any OTHER copy of the course on this machine" in done.stderr
     rows = _rows(tmp_path / "out")
     assert rows["correct"]["total"] == "7" and rows["copier"]["total"] == "0"  # the course's own solutions: hidden
