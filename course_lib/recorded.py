@@ -23,6 +23,7 @@ from course_lib.paths import NOTEBOOKS
 __all__ = ["RECORDS", "measured_here", "show_recorded", "load_records", "MEASURED"]
 
 RECORDS = NOTEBOOKS / "recorded_on_gpu.json"
+WIDTH = 100  # characters per printed line: a notebook breaks longer ones mid-word
 MEASURED = re.compile(r"^measured on (?P<device>.+?) · torch (?P<torch>\S+) · (?P<date>\d{4}-\d{2}-\d{2})$")
 
 
@@ -49,8 +50,12 @@ def show_recorded(key: str) -> bool:
         print(f"(No GPU run of this cell has been recorded yet: {key}.)")
         return False
     print(textwrap.fill(f"Recorded on {record['device']} with torch {record['torch']} on {record['date']}, "
-                        "not on this machine:", 100))
+                        "not on this machine:", WIDTH))
     if record.get("note"):
-        print(textwrap.fill(f"({record['note']})", 100))
-    print(textwrap.indent(record["text"].rstrip(), "│ "))
+        print(textwrap.fill(f"({record['note']})", WIDTH))
+    lines = []
+    for line in record["text"].rstrip().splitlines():  # a long line is folded at a space, never mid-word
+        lines += textwrap.wrap(line, WIDTH - 2, subsequent_indent="  ", break_long_words=False,
+                               break_on_hyphens=False) if len(line) > WIDTH - 2 else [line]
+    print(textwrap.indent("\n".join(lines), "│ ", lambda line: True))
     return True

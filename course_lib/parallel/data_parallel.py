@@ -124,6 +124,7 @@ class DataParallelByHand(nn.Module):
         self._outputs: list[torch.Tensor] = []
 
     def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        """Scatter the batch (torch.chunk), replicate the module, run the replicas in threads, gather the outputs."""
         t = self.timer
         with t("scatter"):  # torch.chunk's sizes, as DataParallel's scatter (maybe fewer chunks than devices)
             chunks = [chunk.to(d) for chunk, d in zip(batch.chunk(len(self.devices)), self.devices)]

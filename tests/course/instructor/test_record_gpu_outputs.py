@@ -69,3 +69,15 @@ def test_the_committed_records_are_well_formed():
     for key, record in records.items():
         assert {"device", "torch", "date", "text"} <= set(record), key
         assert key.split("/")[0].isdigit(), f"{key}: keys are NN/name, NN the notebook's number"
+
+
+def test_a_long_recorded_line_is_folded_at_spaces_to_fit_the_page(records, capsys):
+    words = [f"word{i:02d}" for i in range(30)]  # 209 characters on one line, as a GPU cell may have printed it
+    records.write_text(json.dumps({"02/long": {"device": "NVIDIA H100", "torch": "2.11.0", "date": "2026-11-23",
+                                               "text": "short line\n" + " ".join(words) + "\n"}}))
+    assert recorded.show_recorded("02/long")
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= recorded.WIDTH for line in lines), lines
+    assert "│ short line" in lines
+    shown = " ".join(line.removeprefix("│ ").strip() for line in lines if line.startswith("│ ") and "word" in line)
+    assert shown.split() == words  # every word whole, in order
