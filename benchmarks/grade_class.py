@@ -1,7 +1,11 @@
 """How long grading a class takes: N correct submissions (copies of solutions/), by jobs and by kind of sandbox.
 
-    python benchmarks/grade_class.py [--students 6] [--jobs 1 2] [--exercises ex00,ex01]
+    python benchmarks/grade_class.py [--students 6] [--loopers 0] [--jobs 1 2] [--exercises ex00,ex01]
                                      [--isolation auto unshare] [--repeat 1] [-- more grader options]
+
+`--loopers K` adds K students whose every function loops forever (the stubs, each `raise NotImplementedError`
+replaced by `while True: pass`): each of their tests runs to its time limit, so the "slowest s" column shows
+what such a student costs.
 
 Each student is graded by its own judge process (pytest, which imports torch: a few seconds) under the
 sandbox asked for (`auto`: bubblewrap's allow-list where it works; `unshare`: the fallback, a mount
@@ -17,6 +21,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +32,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from course_lib.instructor.exercises import expected_stubs  # noqa: E402
 from course_lib.tables import print_table  # noqa: E402
+
+
+def looping_submission(folder: Path) -> None:
+    """Every exercise, with every function body an infinite loop."""
+    folder.mkdir(parents=True)
+    for name, stub in expected_stubs(ROOT / "solutions").items():
+        looped = re.sub(r"^(\s+)raise NotImplementedError\(.*?\)$", r"\1while True:\n\1    pass", stub,
+                        flags=re.M | re.S)
+        (folder / name).write_text(looped)
 
 
 def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercises: str | None,
@@ -53,13 +68,14 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
     per_student = sorted(float(r["seconds"]) for r in grades)
     shutil.rmtree(out)
     return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
-            f"{per_student[len(per_student) // 2]:.1f}", f"{full}/{len(grades)}", grades[0]["possible"], reference,
+            f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}", grades[0]["possible"], reference,
             f"{load:.1f}"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=6)
+    parser.add_argument("--loopers", type=int, default=0, help="students whose every function loops forever")
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--exercises", default=None, help="e.g. ex00 (default: every exercise)")
     parser.add_argument("--isolation", nargs="+", default=["auto"], help="auto, bwrap, unshare or none (several: compare)")
@@ -72,15 +88,19 @@ def main() -> None:
         for n in range(options.students):
             shutil.copytree(ROOT / "solutions", submissions / f"student{n:03d}" / "exercises",
                             ignore=shutil.ignore_patterns("__pycache__", "wrong_answers"))
+        for n in range(options.loopers):
+            looping_submission(submissions / f"looper{n:03d}" / "exercises")
         for _ in range(options.repeat):
             for jobs in options.jobs:
                 for isolation in options.isolation:
                     rows.append(grade_once(submissions, Path(scratch) / "out", jobs, isolation, options.exercises, extra))
-    print(f"Grading {options.students} correct submissions ({options.exercises or 'every exercise'}), "
+    print(f"Grading {options.students} correct submissions"
+          + (f" and {options.loopers} that loop everywhere" if options.loopers else "")
+          + f" ({options.exercises or 'every exercise'}), "
           f"{len(os.sched_getaffinity(0))} cores, as {'root' if os.geteuid() == 0 else 'a normal user'}"
           + (f", grader options {' '.join(extra)}" if extra else ""))
-    print_table(["isolation", "jobs", "students", "wall s", "wall s / student", "median s in judge", "full marks",
-                 "points", "reference", "load"], rows)
+    print_table(["isolation", "jobs", "students", "wall s", "wall s / student", "median s in judge", "slowest s",
+                 "full marks", "points", "reference", "load"], rows)
 
 
 if __name__ == "__main__":
