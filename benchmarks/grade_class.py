@@ -68,8 +68,8 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
     per_student = sorted(float(r["seconds"]) for r in grades)
     shutil.rmtree(out)
     return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
-            f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}", grades[0]["possible"], reference,
-            f"{load:.1f}"]
+            f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}",
+            grades[0]["possible"], reference, f"{load:.1f}"]
 
 
 def main() -> None:
