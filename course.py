@@ -4,6 +4,7 @@
     python3 course.py lab     install the course (once) and open JupyterLab on notebooks/
     python3 course.py test    install the course (once) and run every test, as CI does
     python3 course.py check ex01   grade your own exercises/ex01_*.py in the terminal
+    python3 course.py selfcheck mutants ex03   (course developers) the graded tests' mutation score
 
 `test` passes what follows it to pytest: `-m browser` runs only the browser tests (every lesson in
 JupyterLab in headless Chromium), `-m "not browser"` everything else. The browser tests need the
@@ -217,7 +218,7 @@ def pytest(python: Path, args: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"lab", "test", "check"}:
+    if not argv or argv[0] not in {"lab", "test", "check", "selfcheck"}:
         print(__doc__)
         return 2
     command, extra = argv[0], argv[1:]
@@ -228,6 +229,8 @@ def main(argv: list[str]) -> int:
         prepare_browser()
     if command == "lab":
         return lab(python, extra)
+    if command == "selfcheck":  # stubs | wrong-answers | mutants: course_lib/instructor/selfcheck.py
+        return subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", *extra], cwd=ROOT)
     if command == "check":
         if not extra:
             sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")

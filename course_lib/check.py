@@ -79,6 +79,16 @@ class CheckResult:
     def summary(self) -> str:
         return f"{self.exercise}: {self.earned:g} / {self.possible:g} points"
 
+    def smallest_failing_inputs(self) -> list[tuple[str, str]]:
+        """(test, input) for each failed test whose inputs Hypothesis drew: the smallest input it found that fails."""
+        found = []
+        for t in self.tests:
+            unwritten = "not implemented yet" in _first_line(t.message)  # every input fails: nothing to learn from one
+            shown = smallest_failing_input(t.message) if t.outcome == "failed" and not unwritten else ""
+            if shown:
+                found.append((t.nodeid.split("::", 1)[-1], shown))
+        return found
+
     def _shown_rows(self) -> list[tuple[str, str, str, str, int]]:
         """rows() as the tables show them, (test, result, points, message, span), each message once: rows in a run
         with the same message share the first one's cell (span = the run's length, 0 for the others), and a
@@ -102,7 +112,12 @@ class CheckResult:
         for name, mark, points, message, span in self._shown_rows():
             message = "  〃" if span == 0 else (message[:100] + "…") if len(message) > 100 else message
             rows.append((name, mark, points, message))
-        return f"{format_table(['test', 'result', 'points', 'message'], rows)}\n{self.summary()}"
+        text = f"{format_table(['test', 'result', 'points', 'message'], rows)}\n{self.summary()}"
+        inputs = self.smallest_failing_inputs()
+        if inputs:
+            text += "\nsmallest failing inputs (Hypothesis shrank them):" + "".join(
+                f"\n  {name}: {shown}" for name, shown in inputs)
+        return text
 
     def _repr_html_(self) -> str:
         colour = {"passed": "#1a7f37", "FAILED": "#cf222e", "not graded": "#6e7781"}
@@ -111,6 +126,7 @@ class CheckResult:
         # Rows that share a message share a shade too (JupyterLab's own stripes alternate row by row).
         shades = ["var(--jp-layout-color0, #fff)", "var(--jp-rendermime-table-row-background, #f5f5f5)"]
         body, group = [], -1
+        inputs = dict(self.smallest_failing_inputs())
         for name, mark, points, message, span in self._shown_rows():
             group += span > 0
             icon = "✔ " if mark == "passed" else "✘ " if mark == "FAILED" else ""
@@ -118,14 +134,44 @@ class CheckResult:
                      f"<td style='color:{colour.get(mark, '#9a6700')};font-weight:bold;{nowrap}'>{icon}{mark}</td>"
                      f"<td style='{nowrap}'>{html.escape(points)}</td>")
             if span:  # one cell for a run of rows with the same message
+                shown = inputs.get(name.partition(" [")[0], "")
+                extra = (f"<br><small>smallest failing input: <code>{html.escape(shown)}</code></small>"
+                         if shown and span == 1 else "")
                 cells += (f"<td rowspan='{span}' style='text-align:left;vertical-align:middle'>"
-                          f"{html.escape(message)}</td>")
+                          f"{html.escape(message)}{extra}</td>")
             body.append(f"<tr style='background:{shades[group % 2]}'>{cells}</tr>")
         return (
             f"<b>{html.escape(self.summary())}</b>"
             "<table><tr><th style='text-align:left'>test</th><th style='text-align:left'>result</th><th>points</th>"
             f"<th style='text-align:left'>message</th></tr>{''.join(body)}</table>"
         )
+
+
+_HYPOTHESIS_MARKERS = ("Falsifying example: ", "Failing test case: ")  # older and newer Hypothesis
+INPUT_SHOWN = 300  # characters of a shrunk input shown in the table; a tensor's repr can be long
+
+
+def smallest_failing_input(message: str | None) -> str:
+    """The arguments of Hypothesis's shrunk failing case in a test's message, on one line ('' if there is none).
+
+    Hypothesis adds "Failing test case: test_x(\n    xs=[100],\n)" to the failure; the table shows "xs=[100]".
+    """
+    text = message or ""
+    for marker in _HYPOTHESIS_MARKERS:
+        start = text.find(marker)
+        if start >= 0:
+            break
+    else:
+        return ""
+    call = text[start + len(marker):]
+    lines = call.splitlines()
+    body = []
+    for line in lines[1:]:
+        if line.startswith(")"):
+            break
+        body.append(line.strip())
+    shown = " ".join(body).rstrip(",") if len(lines) > 1 else lines[0].partition("(")[2].rstrip(")")
+    return shown if len(shown) <= INPUT_SHOWN else shown[:INPUT_SHOWN] + "…"
 
 
 def _first_line(text: str | None) -> str:

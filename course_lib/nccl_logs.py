@@ -1,4 +1,4 @@
-"""Two real outputs of nccl-tests' all_reduce_perf, for notebook 04 (section 6) and exercise 04.
+"""Real outputs of nccl-tests' all_reduce_perf, for notebook 04 (section 6) and exercise 04.
 
 Source: the Oracle Cloud tutorial "GPUクラスタを構築する" (building a GPU cluster), in the repository
 oracle-japan/ocitutorials, file tutorials/_intermediates/spinup-gpu-cluster.md, an earlier version of it
@@ -16,9 +16,18 @@ second one. The machines, as that tutorial describes them: BM.GPU4.8 bare-metal 
 The columns (nccl-tests' doc/PERFORMANCE.md): size in bytes, count of elements, type, reduction, root
 (-1: none), then for the out-of-place and the in-place run: time in microseconds, algbw and busbw in GB/s
 (10**9 bytes per second), and the number of wrong elements.
+
+    OLDER_LAYOUT   a third run, by an older nccl-tests, in the layout it printed before the root column was
+                   added (and with an "error" column, the largest relative error, where newer versions count
+                   #wrong elements): size, count, type, redop, then time, algbw, busbw, error twice. Source: the
+                   repository wohlbier/nccl-tests, README.md (commit 33ee81a3ec6c5e8fdd1e61f713a5c5185b000cd1),
+                   the all_reduce_perf section of its "Results on dgx-2", copied unchanged from its "Running:"
+                   line: ./build/all_reduce_perf -b 8 -e 10240M -f 2 -g 12, one process driving 12 NVIDIA
+                   Tesla V100-SXM3-32GB of a DGX-2 (joined by NVSwitch). It is not in ALL_REDUCE_PERF_LOGS
+                   (notebook 04 reads those with the newer layout); exercise 04's tests read it too.
 """
 
-__all__ = ["ONE_MACHINE", "TWO_MACHINES", "ALL_REDUCE_PERF_LOGS"]
+__all__ = ["ONE_MACHINE", "TWO_MACHINES", "ALL_REDUCE_PERF_LOGS", "OLDER_LAYOUT", "OLDER_LAYOUT_LOGS"]
 
 ONE_MACHINE = """\
 # nThread 1 nGpus 8 minBytes 64 maxBytes 10737418240 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0
@@ -129,3 +138,63 @@ Warning: Permanently added '[inst-6ejzf-comp]:12345,[10.0.2.214]:12345' (ECDSA) 
 
 # name -> (log, GPUs taking part): what a reader of each log should find.
 ALL_REDUCE_PERF_LOGS = {"one machine, 8 GPUs": (ONE_MACHINE, 8), "two machines, 16 GPUs": (TWO_MACHINES, 16)}
+
+OLDER_LAYOUT = """\
+Running: CUDA_VISIBLE_DEVICES=1,2,6,7,8,9,10,11,12,13,14,15 LD_PRELOAD=/home/jgwohlbier/nccl/build/lib/libnccl.so.2 ./build/all_reduce_perf -b 8 -e 10240M -f 2 -g 12
+# nThread 1 nGpus 12 minBytes 8 maxBytes 10737418240 step: 2(factor) warmup iters: 5 iters: 20 validation: 1
+#
+# Using devices
+#   Rank  0 Pid  88131 on    seville device  0 [0x36] Tesla V100-SXM3-32GB
+#   Rank  1 Pid  88131 on    seville device  1 [0x39] Tesla V100-SXM3-32GB
+#   Rank  2 Pid  88131 on    seville device  2 [0x5c] Tesla V100-SXM3-32GB
+#   Rank  3 Pid  88131 on    seville device  3 [0x5e] Tesla V100-SXM3-32GB
+#   Rank  4 Pid  88131 on    seville device  4 [0xb7] Tesla V100-SXM3-32GB
+#   Rank  5 Pid  88131 on    seville device  5 [0xb9] Tesla V100-SXM3-32GB
+#   Rank  6 Pid  88131 on    seville device  6 [0xbc] Tesla V100-SXM3-32GB
+#   Rank  7 Pid  88131 on    seville device  7 [0xbe] Tesla V100-SXM3-32GB
+#   Rank  8 Pid  88131 on    seville device  8 [0xe0] Tesla V100-SXM3-32GB
+#   Rank  9 Pid  88131 on    seville device  9 [0xe2] Tesla V100-SXM3-32GB
+#   Rank 10 Pid  88131 on    seville device 10 [0xe5] Tesla V100-SXM3-32GB
+#   Rank 11 Pid  88131 on    seville device 11 [0xe7] Tesla V100-SXM3-32GB
+#
+#                                                     out-of-place                       in-place
+#       size         count    type   redop     time   algbw   busbw  error     time   algbw   busbw  error
+#        (B)    (elements)                     (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+           8             2   float     sum    61.03    0.00    0.00  2e-07    61.04    0.00    0.00  1e-07
+          16             4   float     sum    60.87    0.00    0.00  1e-07    60.37    0.00    0.00  1e-07
+          32             8   float     sum    60.86    0.00    0.00  1e-07    60.99    0.00    0.00  6e-08
+          64            16   float     sum    60.26    0.00    0.00  6e-08    60.69    0.00    0.00  6e-08
+         128            32   float     sum    60.60    0.00    0.00  6e-08    61.52    0.00    0.00  6e-08
+         256            64   float     sum    60.70    0.00    0.01  6e-08    61.41    0.00    0.01  6e-08
+         512           128   float     sum    61.53    0.01    0.02  6e-08    60.30    0.01    0.02  6e-08
+        1024           256   float     sum    60.93    0.02    0.03  2e-07    60.42    0.02    0.03  2e-07
+        2048           512   float     sum    61.25    0.03    0.06  2e-07    61.26    0.03    0.06  2e-07
+        4096          1024   float     sum    62.86    0.07    0.12  2e-07    62.83    0.07    0.12  2e-07
+        8192          2048   float     sum    62.42    0.13    0.24  2e-07    63.50    0.13    0.24  2e-07
+       16384          4096   float     sum    64.46    0.25    0.47  2e-07    61.31    0.27    0.49  2e-07
+       32768          8192   float     sum    63.44    0.52    0.95  2e-07    63.68    0.51    0.94  2e-07
+       65536         16384   float     sum    65.05    1.01    1.85  2e-07    65.13    1.01    1.84  2e-07
+      131072         32768   float     sum    65.86    1.99    3.65  2e-07    64.75    2.02    3.71  2e-07
+      262144         65536   float     sum    68.35    3.84    7.03  2e-07    68.60    3.82    7.01  2e-07
+      524288        131072   float     sum    75.87    6.91   12.67  2e-07    75.52    6.94   12.73  2e-07
+     1048576        262144   float     sum    89.15   11.76   21.56  2e-07    88.14   11.90   21.81  2e-07
+     2097152        524288   float     sum    143.5   14.62   26.80  2e-07    144.7   14.50   26.58  2e-07
+     4194304       1048576   float     sum    183.7   22.84   41.87  2e-07    184.0   22.79   41.78  2e-07
+     8388608       2097152   float     sum    283.5   29.59   54.25  2e-07    282.9   29.65   54.36  2e-07
+    16777216       4194304   float     sum    482.8   34.75   63.71  2e-07    487.1   34.45   63.15  2e-07
+    33554432       8388608   float     sum    565.7   59.32  108.75  2e-07    563.6   59.53  109.15  2e-07
+    67108864      16777216   float     sum   1051.8   63.80  116.98  2e-07   1052.0   63.79  116.96  2e-07
+   134217728      33554432   float     sum   2047.7   65.54  120.17  2e-07   2046.4   65.59  120.24  2e-07
+   268435456      67108864   float     sum   4036.6   66.50  121.92  2e-07   4036.7   66.50  121.91  2e-07
+   536870912     134217728   float     sum   8021.5   66.93  122.70  2e-07   8022.0   66.92  122.69  2e-07
+  1073741824     268435456   float     sum    15986   67.17  123.14  2e-07    15989   67.15  123.12  2e-07
+  2147483648     536870912   float     sum    31928   67.26  123.31  2e-07    31938   67.24  123.27  2e-07
+  4294967296    1073741824   float     sum    63758   67.36  123.50  2e-07    63766   67.36  123.49  2e-07
+  8589934592    2147483648   float     sum   127453   67.40  123.56  2e-07   127443   67.40  123.57  2e-07
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 42.5578
+#
+"""
+
+# The older layout, kept apart from ALL_REDUCE_PERF_LOGS: name -> (log, GPUs taking part).
+OLDER_LAYOUT_LOGS = {"DGX-2, 12 GPUs, older nccl-tests (no root column)": (OLDER_LAYOUT, 12)}

@@ -68,20 +68,68 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _device_type(device: Any) -> str:
+def _accelerator_available() -> bool:
+    """True where a CUDA, XPU, MPS or other accelerator is present: work may then be queued, not done."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    if accelerator is not None and hasattr(accelerator, "is_available"):
+        return bool(accelerator.is_available())
+    return torch.cuda.is_available()
+
+
+NO_DEVICE = ("benchmark was given no device, and this machine has an accelerator ({kind}). Work queued there "
+             "is asynchronous: a stopwatch that does not wait for the device times the launches, not the "
+             "work. Say where fn runs: device='{kind}:0' (or the device it uses) for device work, "
+             "device='cpu' for work that stays on the CPU, or a list of devices for work spread over several.")
+
+
+def _resolve(device: Any) -> list:
+    """The devices to time on: [] for the CPU, else torch.device objects; refuses a missing device where it matters."""
     import torch
 
     if device is None:
-        return "cpu"
-    return torch.device(device).type
+        if _accelerator_available():
+            accelerator = getattr(torch, "accelerator", None)
+            current = accelerator.current_accelerator() if accelerator is not None else None
+            raise ValueError(NO_DEVICE.format(kind=current.type if current is not None else "cuda"))
+        return []
+    many = [device] if isinstance(device, (str, int, torch.device)) else list(device)
+    if not many:
+        raise ValueError("benchmark needs a device, or a non-empty list of devices, e.g. device='cuda:0'")
+    resolved = []
+    for d in many:
+        d = torch.device(d)
+        if d.type != "cpu":
+            resolved.append(d)
+    return resolved
+
+
+def _synchronize(dev) -> None:
+    import torch
+
+    if dev.type == "meta":
+        return  # shapes only: nothing ever runs
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    else:
+        torch.accelerator.synchronize(dev)  # waits for that device, not only the current one
 
 
 def benchmark(fn: Callable[[], Any], *, device: Any = None, warmup: int = 3, repeat: int = 20) -> Timing:
     """Time `fn()` correctly on `device`: warm-up runs first, CUDA events on a GPU, perf_counter on the CPU (notebook 01).
 
-    GPU work is asynchronous: `fn()` returns when the kernels are queued, not done. On CUDA each run is
-    bracketed by events recorded on the current stream and the device is synchronised before reading them;
-    on other accelerators the device is synchronised around a wall-clock measurement.
+    GPU work is asynchronous: `fn()` returns when the kernels are queued, not done. So:
+
+    * device="cuda:0" (one CUDA device): each run is bracketed by events recorded on that device's current
+      stream, and the device is synchronised once, before the events are read (notebook 02 explains why);
+    * another accelerator ("xpu:0", "mps"...): the device is synchronised before and after each run,
+      around a perf_counter measurement;
+    * a list of devices (["cuda:0", "cuda:1"]): every one of them is synchronised before and after each
+      run, around a perf_counter measurement: for work spread over several devices (notebook 03);
+    * device="cpu": perf_counter alone. device=None means the CPU only on a machine without an accelerator;
+      where one is present, None raises ValueError, because `fn` may queue device work that a stopwatch
+      would not wait for (the launch would be timed, not the work). Pass the device explicitly.
     """
     import torch
 
@@ -89,14 +137,15 @@ def benchmark(fn: Callable[[], Any], *, device: Any = None, warmup: int = 3, rep
         raise TypeError(f"benchmark needs a function of no arguments, e.g. lambda: a @ b, not {type(fn).__name__}")
     if warmup < 0 or repeat < 1:
         raise ValueError(f"need warmup >= 0 and repeat >= 1, got warmup={warmup}, repeat={repeat}")
-    kind = _device_type(device)
+    devices = _resolve(device)
+    events = len(devices) == 1 and devices[0].type == "cuda" and not isinstance(device, (list, tuple))
     for _ in range(warmup):  # first runs pay for allocation, kernel selection, caches
         fn()
     times = []
-    if kind == "cuda":
-        dev = torch.device(device)
-        with torch.cuda.device(dev):
-            torch.cuda.synchronize()
+    if events:
+        dev = devices[0]
+        with torch.cuda.device(dev):  # events and the current stream of *that* device, not of cuda:0
+            torch.cuda.synchronize(dev)
             pairs = []
             for _ in range(repeat):
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -104,17 +153,19 @@ def benchmark(fn: Callable[[], Any], *, device: Any = None, warmup: int = 3, rep
                 fn()
                 stop.record()
                 pairs.append((start, stop))
-            torch.cuda.synchronize()  # events are only readable once the GPU has passed them
+            torch.cuda.synchronize(dev)  # events are only readable once the GPU has passed them
             times = [s.elapsed_time(e) / 1e3 for s, e in pairs]  # elapsed_time is in ms
     else:
-        sync = (lambda: torch.accelerator.synchronize()) if kind not in ("cpu", "meta") else (lambda: None)
         for _ in range(repeat):
-            sync()
+            for dev in devices:
+                _synchronize(dev)
             t0 = time.perf_counter()
             fn()
-            sync()
+            for dev in devices:
+                _synchronize(dev)
             times.append(time.perf_counter() - t0)
-    return Timing(times=times, device=kind)
+    label = devices[0].type if len(devices) == 1 else ", ".join(map(str, devices)) if devices else "cpu"
+    return Timing(times=times, device=label)
 
 
 def compare(cases: dict[str, Callable[[], Any]], *, device: Any = None, warmup: int = 3, repeat: int = 20,

@@ -3,15 +3,17 @@ batches on a side stream, and take a hidden synchronisation out of a loop.
 
 Notebook: notebooks/02_streams_and_async.ipynb
 
-On any machine the tests run the CUDA parts of your code against a *simulated* GPU: a model of streams,
-events, copies and PyTorch's caching allocator that replaces torch.cuda and Tensor.to in the process that runs
-your code, while the test runs. It checks the order in which your code makes things happen, and the time its
-schedule takes in simulated seconds. On a machine with a GPU, three more tests run your code on the real device.
+On any machine the tests run the CUDA parts of your code against a *simulated* GPU: a model of one or more
+devices, their streams, events, copies and PyTorch's caching allocator that replaces torch.cuda and Tensor.to in
+the process that runs your code, while the test runs. It checks the order in which your code makes things
+happen, and the time its schedule takes in simulated seconds. On a machine with a GPU, three more tests run your
+code on the real device.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -21,13 +23,19 @@ from torch import nn
 
 def time_device(fn: Callable[[], Any], device: torch.device | str, *, warmup: int = 3,
                 repeat: int = 10) -> list[float]:
-    """Time `fn()` on `device`: return `repeat` durations in seconds, one per call, after `warmup` untimed calls.
+    """Time `fn()` on `device`: return `repeat` durations in seconds (a list of floats), one per call, after
+    `warmup` untimed calls.
 
     `fn` queues work on `device` and may return before the work is done (on a GPU it always does).
     - On a CUDA device, time each call with a pair of CUDA events (torch.cuda.Event(enable_timing=True))
-      recorded on the current stream around it, and read them only once the GPU has passed them
-      (torch.cuda.synchronize() or Event.synchronize()). Remember the unit that Event.elapsed_time returns.
-      The tests run this path on a simulated GPU that models these torch.cuda calls (and on a real one if present).
+      recorded around it on `device`'s current stream, and read them only once the GPU has passed them
+      (torch.cuda.synchronize(device) or Event.synchronize()). Remember the unit that Event.elapsed_time returns.
+      `device` need not be the current device ("cuda:1" while cuda:0 is current): Event.record() and
+      torch.cuda.synchronize() without arguments concern the *current* device, so select `device` around the
+      timing (with torch.cuda.device(device): ...); "cuda" without an index means the current device. The
+      current device and stream are the same after the call as before.
+      The tests run this path on a simulated GPU with several devices that models these torch.cuda calls (and on
+      a real one if present).
     - On any other device (cpu, meta...), the work is done when fn() returns: use time.perf_counter().
     Call fn exactly warmup + repeat times. Raise TypeError if fn is not callable and ValueError if
     warmup < 0 or repeat < 1.
@@ -41,15 +49,16 @@ def time_device(fn: Callable[[], Any], device: torch.device | str, *, warmup: in
     for _ in range(warmup):  # the first calls pay for allocation, kernel selection, caches
         fn()
     if kind == "cuda":
-        pairs = []
-        for _ in range(repeat):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()  # on the current stream, in order with fn's work
-            fn()
-            end.record()
-            pairs.append((start, end))
-        torch.cuda.synchronize()  # an event can only be read once the GPU has passed it
-        return [start.elapsed_time(end) / 1e3 for start, end in pairs]  # elapsed_time is in milliseconds
+        with torch.cuda.device(device):  # record() and synchronize() below concern `device`, not the current one
+            pairs = []
+            for _ in range(repeat):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()  # on `device`'s current stream, in order with fn's work
+                fn()
+                end.record()
+                pairs.append((start, end))
+            torch.cuda.synchronize(device)  # an event can only be read once the GPU has passed it
+            return [start.elapsed_time(end) / 1e3 for start, end in pairs]  # elapsed_time is in milliseconds
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -61,7 +70,7 @@ def time_device(fn: Callable[[], Any], device: torch.device | str, *, warmup: in
 
 def pipeline_time(n_batches: int, copy: float, compute: float, *, overlapped: bool) -> float:
     """Total time to copy and then compute on `n_batches` batches, each copy taking `copy` and each compute
-    `compute` (any time unit; the result is in the same unit).
+    `compute` (any time unit; the result, a float, is in the same unit).
 
     - overlapped=False: one queue does everything in turn: copy 0, compute 0, copy 1, compute 1, ...
     - overlapped=True: copies run one after another on their own engine, ahead of the computes; compute i
@@ -76,9 +85,9 @@ def pipeline_time(n_batches: int, copy: float, compute: float, *, overlapped: bo
     if n_batches == 0:
         return 0.0
     if not overlapped:
-        return n_batches * (copy + compute)
+        return float(n_batches * (copy + compute))
     # The first copy cannot overlap anything, nor can the last compute; in between the slower engine sets the pace.
-    return copy + compute + (n_batches - 1) * max(copy, compute)
+    return float(copy + compute + (n_batches - 1) * max(copy, compute))
     # END SOLUTION
 
 
@@ -87,17 +96,22 @@ class Prefetcher:
 
     Contract, on every device:
     - yields exactly the batches `loader` yields, in the same order, each with every tensor moved to `device`
-      and the same structure (a tensor, or tuples, lists, namedtuples and dicts of them and of other values,
-      as in exercise 01's to_device);
+      (map_tensors below: the same structure, container types included; any other value, None included, is
+      handed out as it is, and a batch may itself be None or a plain value); the loader's batches themselves
+      are left unchanged;
     - stays exactly one batch ahead: when the caller receives batch i, the loader has already produced batch
       i+1 (if there is one) and not yet batch i+2; nothing is taken from the loader before iteration starts;
-    - each iter(prefetcher) is a new pass over `loader`; len(prefetcher) == len(loader).
+    - each iter(prefetcher) is a new pass over `loader`, which may give other batches than the last pass did;
+      len(prefetcher) == len(loader).
 
     On a CUDA device the copies must overlap the caller's work, and be safe:
-    - copy on a side stream of your own, from pinned memory (pin a batch only if the loader has not), without
-      making the host wait;
+    - `device` may be any CUDA device, not only the current one ("cuda:1" while cuda:0 is current): the batches
+      go to that device, on a side stream of that device (torch.cuda.Stream(device));
+    - copy on a side stream of your own, from pinned memory (pin a batch only if the loader has not: pinning
+      costs host time), without making the host wait;
     - the caller's stream must not read batch i before its copy is done, but its work on batch i must not
-      wait for the copy of batch i+1;
+      wait for the copy of batch i+1. The caller's stream is `device`'s *current* stream when batch i is handed
+      out, which need not be its default stream (the caller may iterate inside `with torch.cuda.stream(s):`);
     - the memory of a batch handed out must not be reused while the caller's stream may still read it;
     - handing out a batch never makes the host wait for the GPU.
     Use these torch.cuda calls (the tests replace exactly these with a simulated GPU; other ways to make device
@@ -155,11 +169,19 @@ def _next_or_none(iterator) -> tuple | None:
 
 
 def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """`batch` with every tensor t in it replaced by fn(t), the structure kept exactly, as exercise 01's to_device
-    did for fn = lambda t: t.to(device) (reuse yours). Not graded on its own: Prefetcher's tests exercise it."""
+    """`batch` with every tensor t in it replaced by fn(t), called once per tensor, as exercise 01's to_device did
+    for fn = lambda t: t.to(device) (reuse yours).
+
+    The structure is kept exactly: tuples, lists, namedtuples and mappings (dict, OrderedDict, defaultdict with
+    its default_factory, UserDict...) come back as the same types, with the same keys in the same order, nested
+    to any depth; every other value (None, numbers, strings, objects) comes back as the very same object; a
+    tensor alone is just fn(tensor). The containers returned are new ones: `batch` itself is left unchanged.
+    """
     # BEGIN SOLUTION: recurse as in exercise 01's to_device, calling fn on each tensor
     if isinstance(batch, torch.Tensor):
         return fn(batch)
+    if isinstance(batch, defaultdict):  # its first argument is the default factory
+        return type(batch)(batch.default_factory, ((key, map_tensors(value, fn)) for key, value in batch.items()))
     if isinstance(batch, Mapping):
         return type(batch)((key, map_tensors(value, fn)) for key, value in batch.items())
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple takes its fields as arguments
@@ -173,7 +195,8 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
 def mean_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
     """The mean over `batches` of the per-batch cross-entropy loss of `model`, as a Python float.
 
-    `batches` is a list of (inputs, class_indices) pairs already on the model's device. This version gives
+    `batches` is a list of (inputs, class_indices) pairs already on the model's device, which need not be the
+    current device (the model may live on cuda:1 while cuda:0 is current). This version gives
     the right answer but, on a GPU, makes the host wait for the device at every batch:
 
         total = 0.0
@@ -183,7 +206,8 @@ def mean_loss(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]
         return total / len(batches)
 
     Write it so that the host reads from the device once, at the very end: keep the running total on the
-    device and turn it into a Python float with a single .item() (or float()). The tests count every place
+    device (the batches' device) and turn it into a Python float with a single .item() (or float()). Not with
+    .to("cpu", non_blocking=True): that copy returns before its values have arrived. The tests count every place
     where the host reads a tensor's value (item, float, int, bool, tolist, numpy, cpu, printing).
     Nothing here needs gradients: compute under torch.no_grad(). Raise ValueError if `batches` is empty.
     """

@@ -7,20 +7,31 @@ there are two GPUs, torch.nn.parallel's own scatter, gather and replicate.
 Besides the results, the tests check the algorithm: devices lists such as ["cpu", "meta", "cpu"] show where each
 piece lands (the meta device has shapes and no data), the step's model records every forward call (which object
 ran, on how many rows), and a model that sleeps shows whether the replicas ran at the same time.
+
+Generated inputs (Hypothesis, course_lib.grading.properties): batches nesting tensors in dict, OrderedDict,
+defaultdict, UserDict, list, tuple and namedtuples, with None, numbers, strings and plain objects beside them;
+sizes 0 and 1 and uneven splits; dims 0, 1, -1, -2; integer, bool, fp32, fp64 and bf16 tensors, some laid out
+transposed; device lists mixing "cpu" and "meta"; checkpoints with and without the "module." prefix. Each
+generated test also checks the postconditions: the type returned, the arguments unchanged (compared, in the
+child, with a deep copy taken before the call), and the very same objects where the docstring promises them.
 """
 
 from __future__ import annotations
 
+import copy
 import time
-from collections import OrderedDict, namedtuple
+from collections import OrderedDict, UserDict, defaultdict, namedtuple
 from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.grading import exception_raised_by, run
+from course_lib.grading.properties import DTYPES, Triple, describe, device_lists, nested, plain_values
 
 Pair = namedtuple("Pair", ["image", "label"])
 
@@ -147,16 +158,14 @@ def _gather_flat(module):
         out = module.gather(parts, "cpu", dim=dim)
         weights = torch.arange(out.numel(), dtype=out.dtype).reshape(out.shape)
         (out * weights).sum().backward()
-        results.append({"out": out.detach().clone(), "grads": [p.grad for p in parts]})
-    meta = module.gather([torch.ones(2, 2), torch.ones(1, 2)], "meta")
-    results.append(meta.device.type)
+        results.append({"out": out.detach().clone(), "grads": [p.grad for p in parts], "type": type(out).__name__})
     return results
 
 
 @pytest.mark.points(2)
 def test_gather_concatenates_in_order_and_keeps_gradients():
     got = run("ex03", _gather_flat)
-    for (dim, shapes), result in zip(GATHER_CASES, got[:3]):
+    for (dim, shapes), result in zip(GATHER_CASES, got):
         parts = _parts(shapes)
         expected = torch.cat(parts, dim)
         assert result["out"].shape == expected.shape, (
@@ -167,7 +176,7 @@ def test_gather_concatenates_in_order_and_keeps_gradients():
         for grad, want in zip(result["grads"], weights.split([p.shape[dim] for p in parts], dim)):
             assert grad is not None, "backward through the gathered output must reach every replica's output"
             torch.testing.assert_close(grad, want)
-    assert got[3] == "meta", "the result must be on the device asked for"
+        assert result["type"] == "Tensor", f"gathering tensors returns a plain torch.Tensor, got {result['type']}"
 
 
 def _gather_nested(module):
@@ -223,10 +232,10 @@ def _replicate_grads(module):
     for replica, chunk in zip(replicas, x.chunk(3)):
         (replica(chunk) ** 2).sum().backward()
     # The meta device (shapes, no data) shows where a replica's parameters live and whether autograd saw the move.
+    # (Not run there: a first computation on "meta" imports torch._dynamo, seconds in each child.)
     on_meta = module.replicate(_mlp(), ["cpu", "meta"])[1]
     weight = on_meta[0].weight
-    placed = [weight.device.type, bool(weight.requires_grad and weight.grad_fn is not None),
-              on_meta(x.to("meta")).device.type if weight.device.type == "meta" else "not run"]
+    placed = [weight.device.type, bool(weight.requires_grad and weight.grad_fn is not None)]
     unchanged = ([id(p) for p in model.parameters()] == ids_before and list(model.state_dict()) == keys_before
                  and all(isinstance(p, nn.Parameter) for p in model.parameters())
                  and all(torch.equal(a, b.detach()) for a, b in zip(values_before, model.parameters())))
@@ -248,8 +257,8 @@ def test_replicate_gives_copies_whose_gradients_come_home():
         assert grad is not None, (f"{name}: backward through the replicas left no gradient in the module: a replica's "
                                   "parameters must be the module's moved with autograd (param.to(device)), not new leaves")
         torch.testing.assert_close(grad, param.grad, msg=f"{name}: the module's gradient must be the sum over replicas")
-    device, linked, output = got["placed"]
-    assert device == "meta" and output == "meta", (
+    device, linked = got["placed"]
+    assert device == "meta", (
         f"replicate(model, ['cpu', 'meta']): replica 1's parameters must be on 'meta', found them on {device!r}")
     assert linked, ("replica 1's parameters must be the module's moved with autograd recording the move "
                     "(param.to(device) has a grad_fn), not new leaves")
@@ -320,6 +329,33 @@ class _StepNet(nn.Module):
         return self.net(x * extra["scale"] + extra["shift"])
 
 
+class _SGD:
+    """SGD with momentum, as torch.optim.SGD computes it, for the child processes: torch.optim's first use imports
+    torch._dynamo (seconds in every child). Only what a training step calls: zero_grad() and step()."""
+
+    def __init__(self, params, lr, momentum=0.0):
+        self.params, self.lr, self.momentum, self.buffers = list(params), lr, momentum, {}
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self):
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            if self.momentum:
+                buf = self.buffers.get(i)
+                self.buffers[i] = buf = p.grad.clone() if buf is None else buf.mul_(self.momentum).add_(p.grad)
+                p.sub_(self.lr * buf)
+            else:
+                p.sub_(self.lr * p.grad)
+
+
 STEP_CASES = [(10, 4), (5, 4), (8, 2)]  # chunks 3,3,3,1 · 2,2,1 (3 of 4 devices used) · 4,4
 
 
@@ -327,7 +363,7 @@ def _steps(module, cases):
     results = []
     for batch, n in cases:
         model = _StepNet()
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        optimizer = _SGD(model.parameters(), lr=0.1, momentum=0.9)
         x, extra, y = _step_data(batch)
         losses, forwards = [], []
         for _ in range(2):
@@ -393,7 +429,7 @@ class _Slow(nn.Module):
 def _slow_step(module):
     _Slow.seen = []
     model = _Slow()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    optimizer = _SGD(model.parameters(), lr=0.5)
     x, _, y = _step_data(9)
     delay = torch.tensor([0.5] * 3 + [0.2] * 6)  # replica 0 finishes last; every replica takes a while
     module.data_parallel_step(model, optimizer, (x, delay), y, F.cross_entropy, ["cpu"] * 3)
@@ -542,3 +578,524 @@ def test_data_parallel_step_on_two_gpus_matches_one_device():
         optimizer.step()
     for param, have in zip(model.parameters(), got):
         torch.testing.assert_close(have, param.detach(), rtol=1e-4, atol=1e-5)  # GPU arithmetic (TF32 off by default) vs CPU
+
+
+# ---------------------------------------------------------------- generated inputs (Hypothesis), with postconditions
+# Plain-Python walks shared by the drivers (they travel to the child by value) and by the references.
+
+def _is_namedtuple(value):
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
+def _is_mapping(value):
+    return isinstance(value, (dict, UserDict))
+
+
+def _rebuild(value, leaf):
+    """`value` with every non-container replaced by leaf(it); containers rebuilt with their very type."""
+    if isinstance(value, defaultdict):
+        return defaultdict(value.default_factory, [(k, _rebuild(v, leaf)) for k, v in value.items()])
+    if _is_mapping(value):
+        return type(value)([(k, _rebuild(v, leaf)) for k, v in value.items()])
+    if _is_namedtuple(value):
+        return type(value)(*(_rebuild(v, leaf) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_rebuild(v, leaf) for v in value)
+    return leaf(value)
+
+
+def _leaves(value):
+    """Every non-container in `value`, depth first, in order."""
+    if _is_mapping(value):
+        return [x for v in value.values() for x in _leaves(v)]
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    return [value]
+
+
+def _tensors(value):
+    return [x for x in _leaves(value) if isinstance(x, torch.Tensor)]
+
+
+def _values(value):
+    """The tensors in `value`, in order: CPU ones as plain copies, meta ones (no data) as None."""
+    return [t.detach().clone() if t.device.type == "cpu" else None for t in _tensors(value)]
+
+
+def _same(a, b):
+    """Deep equality of two nested values: types, keys and order, tensors' device, dtype, shape and values."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, torch.Tensor):
+        return (a.device == b.device and a.dtype == b.dtype and a.shape == b.shape
+                and (a.device.type == "meta" or torch.equal(a, b)))
+    if isinstance(a, defaultdict) and a.default_factory is not b.default_factory:
+        return False
+    if _is_mapping(a):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _sharing(original, replica):
+    """'' if every non-tensor leaf of `replica` is the very object of `original` (and defaultdicts keep their
+    default_factory), else what differs. Containers themselves are new in each replica."""
+    if isinstance(original, defaultdict) and getattr(replica, "default_factory", None) is not original.default_factory:
+        return "a defaultdict lost its default_factory"
+    if _is_mapping(original) and _is_mapping(replica):
+        if list(original) != list(replica):
+            return f"keys {list(original)} became {list(replica)}"
+        return next((why for k in original if (why := _sharing(original[k], replica[k]))), "")
+    if isinstance(original, (list, tuple)) and isinstance(replica, (list, tuple)):
+        if len(original) != len(replica):
+            return f"a {type(original).__name__} of {len(original)} became one of {len(replica)}"
+        return next((why for x, y in zip(original, replica) if (why := _sharing(x, y))), "")
+    if isinstance(original, torch.Tensor):
+        return "" if isinstance(replica, torch.Tensor) else f"a tensor became {type(replica).__name__}"
+    return "" if replica is original else f"{original!r} was copied: it must be the very same object"
+
+
+def _raised(function, *args):
+    """(None, result), or (exception class name, message) if `function(*args)` raised; NotImplementedError passes."""
+    try:
+        return None, function(*args)
+    except NotImplementedError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the test says what was expected
+        return f"{type(exc).__name__}: {str(exc)[:300]}", None
+
+
+@st.composite
+def _tensor_along(draw, rows, dim, dtypes=DTYPES):
+    """A tensor of 1 to 3 dimensions with `rows` entries along `dim` (others 0 to 3), maybe laid out transposed."""
+    need = dim + 1 if dim >= 0 else -dim
+    shape = draw(st.lists(st.integers(0, 3), min_size=max(need, 1), max_size=3))
+    shape[dim] = rows
+    dtype = draw(st.sampled_from(dtypes))
+    values = torch.randint(-8, 9, shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 2**16))))
+    tensor = (values > 0) if dtype is torch.bool else values.to(dtype)
+    if len(shape) >= 2 and draw(st.booleans()):
+        tensor = tensor.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, non-contiguous
+    return tensor
+
+
+DIMS = [0, 1, -1, -2]
+
+
+@st.composite
+def _scatter_cases(draw):
+    devices = draw(device_lists(1, 5))
+    dim = draw(st.sampled_from(DIMS))
+    rows = draw(st.integers(0, 9))  # 0: nothing to split (ValueError); 1: one replica; uneven splits
+    batch = draw(nested(st.one_of(_tensor_along(rows, dim), plain_values())))
+    return batch, devices, dim
+
+
+def _all_containers_batch(rows=7):
+    """Every container kind at once, for the first (explicit) example of the generated tests."""
+    x = torch.arange(rows * 6.0).reshape(3, rows, 2).transpose(0, 1)  # rows along dim 0, non-contiguous
+    return OrderedDict(image=x, meta=defaultdict(list, ids=[torch.arange(rows), None], tag="a"),
+                       extra=UserDict(mask=torch.arange(rows) % 2 == 0, obj=SimpleNamespace(scale=1.5)),
+                       pair=Triple(torch.ones(rows, dtype=torch.bfloat16), 3, (torch.zeros(rows, 1, dtype=torch.int64),)))
+
+
+def _scatter_generated(module, cases):
+    results = []
+    for batch, devices, dim in cases:
+        before = copy.deepcopy(batch)
+        error, replicas = _raised(module.scatter, batch, devices, dim)
+        result = {"error": error, "unchanged": _same(before, batch), "type": type(replicas).__name__}
+        if error is None and isinstance(replicas, list):
+            result.update(described=[describe(r) for r in replicas], values=[_values(r) for r in replicas],
+                          sharing=[_sharing(batch, r) for r in replicas], is_input=[r is batch for r in replicas])
+        results.append(result)
+    return results
+
+
+@pytest.mark.points(3)
+@settings(max_examples=8)
+@given(cases=st.lists(_scatter_cases(), min_size=1, max_size=4))
+@example(cases=[(_all_containers_batch(), ["cpu", "meta", "cpu"], 0),
+                (_rebuild(_all_containers_batch(5), lambda v: v.movedim(0, -1) if isinstance(v, torch.Tensor) else v),
+                 ["cpu", "meta"], -1)])
+def test_scatter_splits_generated_batches_like_torch_chunk(cases):
+    got = run("ex03", _scatter_generated, cases)
+    for (batch, devices, dim), result in zip(cases, got):
+        where = f"scatter(batch, {devices}, dim={dim}) with batch = {batch!r}"
+        assert result["unchanged"], f"{where}: scatter must not change its input"
+        tensors = _tensors(batch)
+        if any(t.shape[dim] == 0 for t in tensors):
+            assert result["error"] and result["error"].startswith("ValueError"), (
+                f"{where}: a tensor is empty along dim {dim}: expected ValueError, got {result['error'] or 'a result'}")
+            continue
+        assert result["error"] is None, f"{where}: raised {result['error']}"
+        assert result["type"] == "list", f"{where}: return a list, got {result['type']}"
+        if not tensors:
+            assert result["is_input"] == [True] * len(devices), (
+                f"{where}: no tensor to split: expected {len(devices)} references to the input itself")
+            continue
+        n = len(tensors[0].chunk(len(devices), dim))  # torch.chunk's count: maybe fewer replicas than devices
+        expected = [_rebuild(batch, lambda v, i=i: v.chunk(len(devices), dim)[i].to(devices[i])
+                             if isinstance(v, torch.Tensor) else v) for i in range(n)]
+        assert len(result["described"]) == n, (
+            f"{where}: {tensors[0].shape[dim]} along dim {dim} over {len(devices)} devices: torch.chunk makes {n} "
+            f"chunks, so {n} replicas; got {len(result['described'])}")
+        for i, (want, have) in enumerate(zip(expected, result["described"])):
+            assert have == describe(want), (
+                f"{where}: replica {i} should be {describe(want)} (each tensor its chunk along dim {dim} on "
+                f"devices[{i}], every container of its very type), got {have}")
+            assert result["sharing"][i] == "", f"{where}: replica {i}: {result['sharing'][i]}"
+            for a, b in zip(result["values"][i], _tensors(want)):
+                if a is not None:
+                    torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"{where}: replica {i}'s values")
+
+
+def _bad_dims(module):
+    x = torch.arange(12.0).reshape(4, 3)
+    cases = [(x, 2), (x, -3), (torch.tensor(1.0), 0), ({"x": x, "loss": torch.tensor(2.0)}, 0),
+             ([x, torch.ones(4)], 1), ((x, torch.ones(4, 2)), 1), ((x, torch.zeros(4, 0)), -1)]
+    return [exception_raised_by(module.scatter, batch, ["cpu"] * 2, dim) for batch, dim in cases]
+
+
+@pytest.mark.points(1)
+def test_scatter_rejects_dims_it_cannot_split_along():
+    got = run("ex03", _bad_dims)
+    cases = ["dim 2 of a 4x3 tensor (out of range)", "dim -3 of a 4x3 tensor (out of range)", "a 0-d tensor",
+             "a 0-d tensor (a loss) beside a batch, in a dict", "dim 1 of a 1-d tensor beside a 4x3 one",
+             "dim 1: sizes 3 and 2", "dim -1: a tensor empty along it"]
+    for (kind, message), case in zip(got, cases):
+        assert kind == "ValueError", (f"scatter of {case}: expected ValueError (the docstring's promise; torch's "
+                                      f"own IndexError is not it), got {kind}: {message}")
+
+
+def _all_containers_output(i, rows):
+    """Replica i's output with every container kind, for the first (explicit) example of the gather test."""
+    logits = torch.arange(rows * 3.0).reshape(3, rows).t() + 10 * i  # non-contiguous
+    return OrderedDict(logits=logits, aux=defaultdict(list, loss=torch.tensor(float(i)), nothing=None),
+                       extra=UserDict(mask=torch.arange(rows) % 2 == 0),
+                       pair=Triple(torch.full((rows,), i, dtype=torch.bfloat16), None, (torch.ones(rows, 1, dtype=torch.int64),)))
+
+
+class _Parts:
+    """A leaf of a generated gather case: the tensors (one per replica) that sit at this place in each output."""
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def __repr__(self):
+        return f"<parts of shapes {[tuple(p.shape) for p in self.parts]}, {self.parts[0].dtype}>"
+
+
+@st.composite
+def _gather_parts(draw, n, dim):
+    if dim == 0 and draw(st.integers(0, 4)) == 0:  # one 0-d tensor per replica: a loss each
+        dtype = draw(st.sampled_from([torch.float32, torch.float64, torch.int64]))
+        return _Parts([torch.tensor(draw(st.integers(-5, 5)), dtype=dtype) for _ in range(n)])
+    template = draw(_tensor_along(1, dim))
+    parts = []
+    for _ in range(n):
+        shape = list(template.shape)
+        shape[dim] = draw(st.integers(0, 3))  # 0 rows from a replica is fine for torch.cat
+        values = torch.randint(-8, 9, shape, generator=torch.Generator().manual_seed(draw(st.integers(0, 999))))
+        parts.append((values > 0) if template.dtype is torch.bool else values.to(template.dtype))
+    return _Parts(parts)
+
+
+@st.composite
+def _gather_cases(draw):
+    # All on the CPU: torch.cat on "meta" tensors imports torch._dynamo (seconds) in each child process, so
+    # mixed devices are the explicit test below, in a single child.
+    n = draw(st.integers(1, 4))
+    where, target = ["cpu"] * n, "cpu"
+    dim = draw(st.sampled_from(DIMS))
+    skeleton = draw(nested(st.one_of(st.none(), _gather_parts(n, dim))))
+    outputs = [_rebuild(skeleton, lambda v, i=i: v.parts[i] if isinstance(v, _Parts) else v) for i in range(n)]
+    return outputs, where, target, dim, skeleton
+
+
+def _gather_generated(module, cases):
+    results = []
+    for outputs, where, target, dim in cases:
+        outputs = [_rebuild(out, lambda v, d=d: v.to(d) if isinstance(v, torch.Tensor) else v)
+                   for out, d in zip(outputs, where)]
+        before = copy.deepcopy(outputs)
+        error, gathered = _raised(module.gather, outputs, target, dim)
+        results.append({"error": error, "unchanged": _same(before, outputs), "described": describe(gathered),
+                        "values": _values(gathered) if error is None else []})
+    return results
+
+
+def _gather_reference(skeleton, target, dim):
+    def cat(v):
+        if not isinstance(v, _Parts):
+            return v
+        parts = [p.reshape(1) if p.dim() == 0 else p for p in v.parts]
+        return torch.cat(parts, dim).to(target)
+    return _rebuild(skeleton, cat)
+
+
+def _check_gathers(cases):
+    cases = [(outs, where, target, dim, skeleton if skeleton is not None else _skeleton_of(outs))
+             for outs, where, target, dim, skeleton in cases]
+    got = run("ex03", _gather_generated, [case[:4] for case in cases])
+    for (outputs, where, target, dim, skeleton), result in zip(cases, got):
+        case = f"gather(outputs, {target!r}, dim={dim}) of outputs on {where}: {skeleton!r}"
+        assert result["error"] is None, (f"{case}: raised {result['error']} (move each replica's tensors to the "
+                                         "target device first, then concatenate)")
+        assert result["unchanged"], f"{case}: gather must not change the replicas' outputs"
+        expected = _gather_reference(skeleton, target, dim)
+        assert result["described"] == describe(expected), (
+            f"{case}: expected {describe(expected)} (tensors concatenated along dim {dim} on {target!r}, 0-d ones "
+            f"as a vector, containers of their very type), got {result['described']}")
+        for have, want in zip(result["values"], _tensors(expected)):
+            if have is not None:
+                torch.testing.assert_close(have, want, rtol=0, atol=0, msg=f"{case}: values differ")
+
+
+@pytest.mark.points(2)
+@settings(max_examples=6)
+@given(cases=st.lists(_gather_cases(), min_size=1, max_size=4))
+@example(cases=[([_all_containers_output(i, rows) for i, rows in enumerate([2, 0, 1])], ["cpu"] * 3, "cpu", 0, None)])
+def test_gather_concatenates_generated_outputs(cases):
+    _check_gathers(cases)
+
+
+def _outputs(rows):
+    return [_all_containers_output(i, r) for i, r in enumerate(rows)]
+
+
+@pytest.mark.points(2)
+def test_gather_moves_each_part_to_the_target_device_first():
+    """Replicas' outputs on "cpu" and "meta" (a second device), gathered onto "meta": torch.cat refuses tensors
+    on two devices, so a gather that concatenates first and moves afterwards raises here."""
+    _check_gathers([(_outputs([2, 3, 1]), ["cpu", "meta", "cpu"], "meta", 0, None),
+                    (_outputs([1, 2]), ["meta", "cpu"], "meta", 0, None),
+                    ([torch.ones(2, 3), torch.zeros(2, 1)], ["cpu", "meta"], "meta", -1, None),
+                    (_outputs([2, 2]), ["cpu", "cpu"], "meta", 0, None)])
+
+
+def _skeleton_of(outputs):
+    """The _Parts skeleton of hand-written outputs (the explicit example): each tensor's parts over the replicas."""
+    columns = [_leaves(out) for out in outputs]
+    it = iter(zip(*columns))
+
+    def leaf(value):
+        column = next(it)
+        return _Parts(list(column)) if isinstance(value, torch.Tensor) else value
+    return _rebuild(outputs[0], leaf)
+
+
+class _Buffers(nn.Module):
+    """Parameters (one of them None), BatchNorm's buffers, a non-persistent buffer and a None one."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 6, bias=False)
+        self.norm = nn.BatchNorm1d(6)
+        self.register_buffer("scale", torch.full((6,), 2.0), persistent=False)
+        self.register_buffer("unused", None)
+
+    def forward(self, x):
+        return self.norm(self.proj(x)) * self.scale
+
+
+def _tensors_by_name(model, kind):
+    """[(qualified name, submodule name, attribute)] of a module's parameters or buffers, None ones left out."""
+    return [(f"{name}.{key}".lstrip("."), name, key) for name, sub in model.named_modules()
+            for key, value in getattr(sub, kind).items() if value is not None]
+
+
+def _replicate_places(module, lists):
+    results = []
+    for devices in lists:
+        torch.manual_seed(0)
+        model = _Buffers()
+        before = copy.deepcopy(model)
+        params, buffers = list(model.parameters()), list(model.buffers())
+        error, replicas = _raised(module.replicate, model, devices)
+        unchanged = (len(list(model.parameters())) == len(params) and all(a is b for a, b in zip(model.parameters(), params))
+                     and all(a is b for a, b in zip(model.buffers(), buffers)) and len(list(model.buffers())) == len(buffers)
+                     and _same(dict(before.state_dict()), dict(model.state_dict())) and _same(before.scale, model.scale))
+        result = {"error": error, "unchanged": unchanged, "type": type(replicas).__name__, "replicas": []}
+        for replica in (replicas if isinstance(replicas, list) else []):
+            places = {}
+            for kind in ["_parameters", "_buffers"]:
+                for qualified, name, key in _tensors_by_name(model, kind):
+                    value = getattr(replica.get_submodule(name), key, None)
+                    original = getattr(model.get_submodule(name), key)
+                    places[qualified] = {"device": value.device.type if isinstance(value, torch.Tensor) else repr(value),
+                                         "original": value is original,
+                                         "shares": bool(isinstance(value, torch.Tensor) and value.device.type == "cpu"
+                                                        and value.data_ptr() == original.data_ptr())}
+            result["replicas"].append(places)
+        results.append(result)
+    return results
+
+
+@pytest.mark.points(2)
+@settings(max_examples=4)
+@given(lists=st.lists(device_lists(0, 3).map(lambda rest: ["cpu"] + rest), min_size=1, max_size=3))
+@example(lists=[["cpu", "meta"], ["cpu", "meta", "cpu", "meta"]])
+def test_replicate_puts_parameters_and_buffers_on_each_replicas_device(lists):
+    got = run("ex03", _replicate_places, lists)
+    buffers = [q for q, _, _ in _tensors_by_name(_Buffers(), "_buffers")]
+    for devices, result in zip(lists, got):
+        where = f"replicate(model, {devices})"
+        assert result["error"] is None, f"{where}: raised {result['error']}"
+        assert result["type"] == "list", f"{where}: return a list, got {result['type']}"
+        assert len(result["replicas"]) == len(devices), f"{where}: one replica per device, got {len(result['replicas'])}"
+        assert result["unchanged"], f"{where}: the module must be left as it was (Parameters, buffers and values)"
+        for i, (device, places) in enumerate(zip(devices, result["replicas"])):
+            for name, place in places.items():
+                assert place["device"] == device, (
+                    f"{where}: replica {i}'s {name} must be on devices[{i}] = {device!r}, found {place['device']!r}"
+                    + (" (every replica's buffers move too, not only its parameters)" if name in buffers else ""))
+            for name in buffers:
+                if i == 0:
+                    assert places[name]["original"], (
+                        f"{where}: replica 0's {name} must be the module's very own buffer (in-place updates reach it)")
+                else:
+                    assert not places[name]["original"] and not places[name]["shares"], (
+                        f"{where}: replica {i}'s {name} must be a copy of its own, not the module's buffer")
+
+
+STEP_LOSS_CASES = [(10, 4), (5, 4), (7, 3), (1, 2), (6, 1)]
+
+
+def _counted_loss_steps(module, cases):
+    results = []
+    for batch, n in cases:
+        model = _StepNet()
+        optimizer = _SGD(model.parameters(), lr=0.1)
+        x, extra, y = _step_data(batch)
+        before = copy.deepcopy((x, extra, y))
+        calls = []
+
+        def loss_fn(output, targets):
+            calls.append({"rows": int(output.shape[0]), "targets": int(targets.shape[0]),
+                          "device": output.device.type, "graph": output.grad_fn is not None})
+            return F.cross_entropy(output, targets)
+
+        _StepNet.calls = []
+        error, loss = _raised(module.data_parallel_step, model, optimizer, (x, extra), y, loss_fn, ["cpu"] * n)
+        results.append({"error": error, "calls": calls, "type": type(loss).__name__,
+                        "loss": loss if isinstance(loss, float) else None,
+                        "unchanged": _same(before, (x, extra, y))})
+    return results
+
+
+@pytest.mark.points(2)
+def test_data_parallel_step_computes_the_loss_once_on_the_gathered_output():
+    got = run("ex03", _counted_loss_steps, STEP_LOSS_CASES)
+    for (batch, n), result in zip(STEP_LOSS_CASES, got):
+        where = f"a batch of {batch} over {n} devices"
+        assert result["error"] is None, f"{where}: raised {result['error']}"
+        seen = [(c["rows"], c["targets"]) for c in result["calls"]]
+        assert seen == [(batch, batch)], (
+            f"{where}: loss_fn must be called once, on the gathered output of all {batch} rows and all the targets "
+            f"(not once per replica, then combined); it was called on (output rows, targets) = {seen}")
+        assert result["calls"][0]["graph"], f"{where}: the gathered output given to loss_fn must carry autograd history"
+        assert result["type"] == "float", f"{where}: return the loss as a Python float, got {result['type']}"
+        model = _StepNet()
+        x, extra, y = _step_data(batch)
+        expected = F.cross_entropy(model(x, extra), y).item()
+        assert result["loss"] == pytest.approx(expected, rel=1e-5), f"{where}: expected loss {expected}"
+        assert result["unchanged"], f"{where}: the step must leave its inputs and targets unchanged"
+
+
+_MODULE_NAMES = ["module", "submodule", "head", "0", "encoder"]  # "module" and "submodule": not the wrapper's prefix
+_KEYS = st.tuples(st.lists(st.sampled_from(_MODULE_NAMES), max_size=2),
+                  st.sampled_from(["weight", "bias", "running_mean"])).map(lambda t: ".".join(t[0] + [t[1]]))
+
+
+@st.composite
+def _adapt_cases(draw):
+    keys = draw(st.lists(_KEYS, min_size=1, max_size=6, unique=True))
+    return (keys, draw(st.booleans()), draw(st.booleans()), draw(st.sampled_from(["dict", "OrderedDict"])),
+            draw(st.sampled_from(["none", "none", "drop", "extra"])))
+
+
+def _keyed_module(keys):
+    """A module whose state_dict has exactly `keys` (buffers in nested plain modules)."""
+    root = nn.Module()
+    for key in keys:
+        *path, leaf = key.split(".")
+        sub = root
+        for name in path:
+            if name not in sub._modules:
+                sub.add_module(name, nn.Module())
+            sub = sub._modules[name]
+        sub.register_buffer(leaf, torch.zeros(1))
+    return root
+
+
+def _checkpoint_keys(keys, wrapped, change):
+    keys = list(keys) if change != "drop" else list(keys)[:-1]
+    keys = keys + ["encoder.foreign"] if change == "extra" else keys  # "foreign" is never a key of the model
+    return ["module." + k for k in keys] if wrapped else keys
+
+
+def _adapt_generated(module, cases):
+    results = []
+    for keys, checkpoint_wrapped, model_wrapped, kind, change in cases:
+        model = _keyed_module(keys)
+        if model_wrapped:
+            wrapper = nn.Module()
+            wrapper.add_module("module", model)  # what DataParallel and DDP do
+            model = wrapper
+        entries = [(k, torch.full((1,), float(j))) for j, k in enumerate(_checkpoint_keys(keys, checkpoint_wrapped, change))]
+        checkpoint = OrderedDict(entries) if kind == "OrderedDict" else dict(entries)
+        before = list(checkpoint.items())
+        error, adapted = _raised(module.adapt_state_dict, checkpoint, model)
+        result = {"error": error, "type": type(adapted).__name__,
+                  "unchanged": type(checkpoint).__name__ == kind and len(checkpoint) == len(before)
+                  and all(k == k0 and v is v0 for (k, v), (k0, v0) in zip(checkpoint.items(), before)),
+                  "model_keys": list(model.state_dict())}
+        if error is None and hasattr(adapted, "items"):
+            result.update(keys=list(adapted.keys()), fresh=adapted is not checkpoint,
+                          same_values=len(adapted) == len(before)
+                          and all(v is v0 for v, (_, v0) in zip(adapted.values(), before)))
+        results.append(result)
+    return results
+
+
+def _adapted_keys(checkpoint, wanted):
+    """The reference: the checkpoint's keys as they are, without torch's stripped prefix, or with it added; None if none fits."""
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    wanted = set(wanted)
+    if set(checkpoint) == wanted:
+        return list(checkpoint)
+    stripped = OrderedDict.fromkeys(checkpoint)
+    consume_prefix_in_state_dict_if_present(stripped, "module.")
+    if all(k.startswith("module.") for k in checkpoint) and set(stripped) == wanted:
+        return list(stripped)
+    if {"module." + k for k in checkpoint} == wanted:
+        return ["module." + k for k in checkpoint]
+    return None
+
+
+@pytest.mark.points(2)
+@settings(max_examples=6)
+@given(cases=st.lists(_adapt_cases(), min_size=1, max_size=5))
+@example(cases=[(["fc.weight", "module.bias", "head.module.weight"], True, False, "dict", "none"),
+                (["fc.weight", "fc.bias"], False, False, "dict", "none"),
+                (["module.weight", "submodule.bias"], False, True, "OrderedDict", "none")])
+def test_adapt_state_dict_on_generated_checkpoints_returns_a_new_ordered_dict(cases):
+    got = run("ex03", _adapt_generated, cases)
+    for (keys, checkpoint_wrapped, model_wrapped, kind, change), result in zip(cases, got):
+        checkpoint = _checkpoint_keys(keys, checkpoint_wrapped, change)
+        where = f"adapt_state_dict(a {kind} with keys {checkpoint}, a model with keys {result['model_keys']})"
+        assert result["unchanged"], (f"{where}: the caller's checkpoint must be left as it was (same type, keys, "
+                                     "order and values): build a new OrderedDict, never rename keys in place")
+        expected = _adapted_keys(checkpoint, result["model_keys"])
+        if expected is None:
+            assert result["error"] and result["error"].startswith("KeyError"), (
+                f"{where}: no way to make the keys fit: expected KeyError, got {result['error'] or 'a result'}")
+            continue
+        assert result["error"] is None, f"{where}: raised {result['error']}"
+        assert result["type"] == "OrderedDict", f"{where}: return an OrderedDict, got {result['type']}"
+        assert result["fresh"], f"{where}: return a new OrderedDict, not the checkpoint itself"
+        assert result["keys"] == expected, f"{where}: expected keys {expected}, got {result['keys']}"
+        assert result["same_values"], f"{where}: keep the very same value objects (no copies), in the same order"

@@ -20,6 +20,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 import torch.optim  # noqa: F401 - preloaded in the fork server: the first optimizer step in a rank is then fast
+import torch._dynamo  # noqa: F401 - preloaded too: the first optimizer a rank builds imports it (seconds per rank)
 
 from course_lib.dist.backend import process_group_backend
 

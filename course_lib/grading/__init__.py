@@ -9,6 +9,6 @@ confinement.py   the grader's limits on processes that run a student's code
 simgpu.py        a simulated CUDA device that a test's driver installs in the child, to grade stream code without a GPU
 """
 
-from course_lib.grading.runner import ExerciseFailed, call, exception_raised_by, exercise_path, run
+from course_lib.grading.runner import ExerciseFailed, ExerciseStopped, call, exception_raised_by, exercise_path, run
 
-__all__ = ["run", "call", "ExerciseFailed", "exception_raised_by", "exercise_path"]
+__all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exception_raised_by", "exercise_path"]

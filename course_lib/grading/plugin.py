@@ -29,6 +29,39 @@ MARKERS = [
 ]
 
 
+PROFILE_VARIABLE = "COURSE_HYPOTHESIS"  # which Hypothesis profile graded tests use (course_lib.grading.properties)
+
+
+def load_hypothesis_profile() -> str:
+    """Register the course's Hypothesis profiles and load the one $COURSE_HYPOTHESIS names ('grading' if unset).
+
+    grading: derandomized (the same inputs every run, so a grade never changes between runs), no deadline
+    (child processes take what they take on a loaded machine), no example database (nothing written beside
+    the learner's files), shrinking on (the learner sees the smallest failing case).
+    selfcheck: the same, without shrinking (a wrong answer only has to lose points; each shrink step is one
+    more child process).
+    """
+    import tempfile
+
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    # Hypothesis caches constants and unicode tables in ./.hypothesis even without an example database: keep
+    # them out of the learner's folder and the grader's read-only copies (HYPOTHESIS_STORAGE_DIRECTORY wins).
+    set_hypothesis_home_dir(os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY")
+                            or os.path.join(tempfile.gettempdir(), f"course-hypothesis-{os.getuid()}"))
+
+    common = dict(deadline=None, database=None, derandomize=True, print_blob=False, max_examples=10,
+                  report_multiple_bugs=False,
+                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                         HealthCheck.function_scoped_fixture])
+    settings.register_profile("grading", **common)
+    settings.register_profile("selfcheck", phases=[Phase.explicit, Phase.reuse, Phase.generate], **common)
+    name = os.environ.get(PROFILE_VARIABLE) or "grading"
+    settings.load_profile(name)
+    return name
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("course")
     group.addoption("--target", default="exercises",
@@ -49,6 +82,7 @@ def _target_folder(config) -> Path:
 def pytest_configure(config):
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
+    load_hypothesis_profile()
     folder = _target_folder(config)
     os.environ["COURSE_TARGET"] = str(folder)  # check() and the notebooks' own children find it here too
     config.course_target = folder
@@ -118,7 +152,8 @@ def _short(report) -> str:
         return report.longrepr[2].removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
-    for prefix in ("course_lib.grading.runner.ExerciseFailed: ", "AssertionError: "):
+    for prefix in ("course_lib.grading.runner.ExerciseFailed: ", "course_lib.grading.runner.ExerciseStopped: ",
+                   "AssertionError: "):
         text = text.removeprefix(prefix)
     return text.strip()
 

@@ -22,7 +22,7 @@ import cloudpickle
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
 
-__all__ = ["run", "call", "ExerciseFailed", "exercise_path", "load_exercise_file", "exception_raised_by",
+__all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exercise_path", "load_exercise_file", "exception_raised_by",
            "confine_learner_code", "warm_up_confined_ranks"]
 
 _confinement = None  # the grader's Confinement, set once by the pytest plugin (--confine); None for learners
@@ -31,6 +31,15 @@ _memory_guard = None  # the judge's view of that student's memory limit (grading
 
 class ExerciseFailed(AssertionError):
     """The learner's code raised, hung, exited or returned something unusable (notebook 00)."""
+
+
+class ExerciseStopped(BaseException):
+    """The learner's code is not written yet, or ran out of its time or memory: the test fails at once (issue 20).
+
+    A BaseException, not an Exception, so that Hypothesis does not catch it to try other inputs and shrink them:
+    every input fails a stub the same way, and each try of a hanging function costs its whole time limit (a
+    test that drew 10 inputs spent over 30 s shrinking a stub's failure). pytest reports it as a failure.
+    """
 
 
 def confine_learner_code(confinement) -> None:
@@ -108,17 +117,17 @@ def _call_function(module, function: str, *args):
     return getattr(module, function)(*args)
 
 
-def _explain(exercise: str, error: Exception) -> ExerciseFailed:
+def _explain(exercise: str, error: Exception) -> ExerciseFailed | ExerciseStopped:
     if isinstance(error, LaunchTimeout):  # its first line is the summary, the rest says why that usually happens
         summary, _, why = str(error).partition("\n")
-        return ExerciseFailed(f"{exercise}: did not finish in time and was stopped ({summary.rstrip('.')})"
+        return ExerciseStopped(f"{exercise}: did not finish in time and was stopped ({summary.rstrip('.')})"
                               + (f"\n{why}" if why else ""))
     detail = error.detail if isinstance(error, RankFailed) else str(error)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "failed"
     if last.startswith("NotImplementedError"):
         hint = last.partition(":")[2].strip()
-        return ExerciseFailed(f"{exercise}: not implemented yet" + (f" (hint: {hint})" if hint else ""))
+        return ExerciseStopped(f"{exercise}: not implemented yet" + (f" (hint: {hint})" if hint else ""))
     ranks = isinstance(error, RankFailed) and error.world_size > 1
     where = f" in rank {error.rank} of {error.world_size}" if ranks else ""
     return ExerciseFailed(f"{exercise}{where}: {last}\n\n{detail.rstrip()}")
@@ -146,7 +155,7 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
         results = run_ranks(job)
     except (RankFailed, LaunchTimeout) as error:
         if _memory_guard is not None and _memory_guard.kills() > kills:  # a rank was stopped for memory
-            raise ExerciseFailed(f"{exercise}: {_memory_guard.message()}") from None
+            raise ExerciseStopped(f"{exercise}: {_memory_guard.message()}") from None
         raise _explain(exercise, error) from None
     return results if ranks else results[0]
 

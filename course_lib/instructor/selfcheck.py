@@ -2,14 +2,18 @@
 
     python -m course_lib.instructor.selfcheck stubs                  every graded test must fail on the stubs
     python -m course_lib.instructor.selfcheck wrong-answers [exNN]   every wrong answer must lose points
+    python -m course_lib.instructor.selfcheck mutants [exNN]         which small changes to a solution the tests miss
 
 A graded test that passes on a stub grades nothing; one that a plausible mistake passes grades too little
 (the wrong answers are in solutions/wrong_answers/, see course_lib/instructor/wrong_answers.py).
+The mutation score (course_lib/instructor/mutants.py) is a report for instructors, not a pass/fail check:
+it is slow (minutes per exercise), and a surviving mutant may be an equivalent program.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -25,8 +29,12 @@ def say(message: str) -> None:
 
 
 def _pytest(args: list[str], report: Path) -> int:
+    """Run pytest under the Hypothesis profile without shrinking (a stub fails every example: no shrink teaches)."""
+    from course_lib.instructor.wrong_answers import WORKER_ENVIRONMENT
+
     command = [sys.executable, "-m", "pytest", *args, "--course-report", str(report), "-q", "-p", "no:cacheprovider"]
-    return subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+    return subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env={**os.environ, **WORKER_ENVIRONMENT}).returncode
 
 
 def stubs_fail() -> bool:
@@ -62,12 +70,16 @@ def stubs_fail() -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.instructor.selfcheck", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("check", choices=["stubs", "wrong-answers"])
+    parser.add_argument("check", choices=["stubs", "wrong-answers", "mutants"])
     options, rest = parser.parse_known_args(argv)
     if options.check == "wrong-answers":
         from course_lib.instructor import wrong_answers
 
         return wrong_answers.main(rest)
+    if options.check == "mutants":
+        from course_lib.instructor import mutants
+
+        return mutants.main(rest)
     return 0 if stubs_fail() else 1
 
 

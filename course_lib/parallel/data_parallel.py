@@ -1,7 +1,8 @@
 """nn.DataParallel's training step, made by hand on any list of devices: CUDA GPUs, or CPU stand-ins (notebook 03).
 
     replica_devices(n)                    n CUDA GPUs where there are enough, else n CPU stand-ins, and a sentence
-    parallel_apply(functions, inputs)     functions[i](*inputs[i]), each in a thread of its own; results in order
+    parallel_apply(functions, inputs)     functions[i](*inputs[i]), each in a thread of its own; results in order;
+                                          the caller's grad mode, autocast, device and stream carried in
     DataParallelByHand(module, devices)   scatter, replicate, parallel_apply, gather; backward; an explicit reduce
     PhaseTimer(devices)                   wall-clock seconds per named phase of a step
     chunk_sizes(batch_size, n)            the chunk sizes DataParallel gives n devices (torch.chunk's)
@@ -19,7 +20,8 @@ import copy
 import threading
 import time
 from collections import defaultdict
-from contextlib import contextmanager
+from collections.abc import Mapping
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Sequence
 
 import torch
@@ -39,18 +41,72 @@ def replica_devices(n: int) -> tuple[list[torch.device], str]:
     return [torch.device("cpu")] * n, f"{n} replicas on the CPU ({why}): threads stand in for GPUs"
 
 
-def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any]) -> list[Any]:
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    """The first tensor in a nested input, as torch's get_a_var finds it (the device a replica runs on)."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, Mapping):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        for value in obj:
+            found = _first_tensor(value)
+            if found is not None:
+                return found
+    return None
+
+
+def _autocast_states() -> list[tuple[str, bool, torch.dtype, bool]]:
+    """The caller's autocast for the CPU and for the accelerator, if there is one: (type, enabled, dtype, cache)."""
+    types = ["cpu"]
+    if torch.accelerator.is_available():
+        types.append(torch.accelerator.current_accelerator().type)
+    cache = torch.is_autocast_cache_enabled()
+    return [(kind, torch.is_autocast_enabled(kind), torch.get_autocast_dtype(kind), cache) for kind in types]
+
+
+def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any],
+                   devices: Sequence[torch.device | str | int | None] | None = None) -> list[Any]:
     """Call functions[i](*inputs[i]) for every i, each in a thread of its own; return the results in order (notebook 03).
 
     What torch.nn.parallel.parallel_apply does for replicas on GPUs: results are kept by index, not in the order
     the threads finish; an exception in a thread is re-raised here, naming the replica (uncaught, it would only end
-    its own thread); grad mode, which is a per-thread setting, is carried into the threads. So is the number of
-    intra-op threads, which matters on the CPU: a new thread does not inherit torch.set_num_threads (MKL keeps it per
-    thread). An input that is not a tuple or a list is passed as the only argument.
+    its own thread). A new thread starts with torch's per-thread settings at their defaults, so the caller's are
+    carried into each thread, as torch does:
+    - grad mode (torch.no_grad in the caller means no graph in the replicas either);
+    - autocast, for the CPU and for the accelerator, with its dtype (torch carries only whether it is on, for the
+      accelerator): without this, a step under torch.autocast would silently run its replicas in fp32 (lesson 06);
+    - on an accelerator (CUDA), the device: replica i runs with devices[i] (by default the device of the first
+      tensor in inputs[i], else the caller's current one) as its current device, and on the stream that is
+      current for that device in the caller's thread (captured before the threads start, since current streams
+      are per thread), so that its kernels are ordered after the caller's work on that stream;
+    - the number of intra-op threads, which matters on the CPU: a new thread does not inherit torch.set_num_threads
+      (MKL keeps it per thread); torch does not carry it.
+    An input that is not a tuple or a list is passed as the only argument.
     """
     if len(functions) != len(inputs):
         raise ValueError(f"{len(functions)} functions but {len(inputs)} inputs")
+    if devices is not None and len(devices) != len(functions):
+        raise ValueError(f"{len(functions)} functions but {len(devices)} devices")
     grad_enabled, intra_op_threads = torch.is_grad_enabled(), torch.get_num_threads()
+    autocast = _autocast_states()
+    # Where an accelerator exists: each replica's device index and the caller's current stream on it, read here,
+    # in the caller's thread (a new thread's current stream is the default one, not the caller's).
+    places: list[tuple[int, Any] | None] = [None] * len(functions)
+    if torch.accelerator.is_available():
+        kind = torch.accelerator.current_accelerator().type
+        for i in range(len(functions)):
+            device = devices[i] if devices is not None and devices[i] is not None else None
+            if device is None:
+                tensor = _first_tensor(inputs[i])
+                device = tensor.device if tensor is not None else None
+            device = torch.device(device) if isinstance(device, str) else device
+            if isinstance(device, torch.device):
+                index = device.index if device.type == kind else None
+            else:
+                index = device  # an int, or None
+            if index is None:
+                index = torch.accelerator.current_device_index()  # a CPU replica keeps the caller's current device
+            places[i] = (index, torch.accelerator.current_stream(index))
     results: list[Any] = [None] * len(functions)
     errors: list[BaseException | None] = [None] * len(functions)
 
@@ -58,8 +114,15 @@ def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any
         torch.set_grad_enabled(grad_enabled)  # a new thread starts with grad mode on, whatever the caller's
         torch.set_num_threads(intra_op_threads)  # and with the default number of intra-op threads
         try:
-            args = inputs[i] if isinstance(inputs[i], (tuple, list)) else (inputs[i],)
-            results[i] = functions[i](*args)
+            with ExitStack() as settings:
+                for kind, enabled, dtype, cache in autocast:  # and with autocast off
+                    settings.enter_context(torch.autocast(kind, dtype=dtype, enabled=enabled, cache_enabled=cache))
+                if places[i] is not None:
+                    index, stream = places[i]
+                    settings.enter_context(torch.accelerator.device_index(index))
+                    settings.enter_context(stream)  # torch.Stream as a context: current on its device
+                args = inputs[i] if isinstance(inputs[i], (tuple, list)) else (inputs[i],)
+                results[i] = functions[i](*args)
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller's thread below
             errors[i] = error
 

@@ -8,7 +8,7 @@ def to_device(batch, device):
         raise TypeError("device must be a str or a torch.device")
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
-    if isinstance(batch, dict):
+    if isinstance(batch, Mapping):
         for key, value in batch.items():
             batch[key] = to_device(value, device)
         return batch

@@ -8,6 +8,8 @@ def to_device(batch, device):
         if not isinstance(device, (str, torch.device)):
             raise TypeError("device must be a str such as 'cuda:0' or a torch.device")
         return batch.to(device)
+    if isinstance(batch, defaultdict):
+        return type(batch)(batch.default_factory, ((k, to_device(v, device)) for k, v in batch.items()))
     if isinstance(batch, Mapping):
         return type(batch)((key, to_device(value, device)) for key, value in batch.items())
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):

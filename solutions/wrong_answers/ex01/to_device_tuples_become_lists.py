@@ -8,6 +8,8 @@ def to_device(batch, device):
         raise TypeError("device must be a str or a torch.device")
     if isinstance(batch, torch.Tensor):
         return batch.to(device)
+    if isinstance(batch, defaultdict):
+        return type(batch)(batch.default_factory, ((k, to_device(v, device)) for k, v in batch.items()))
     if isinstance(batch, Mapping):
         return type(batch)((key, to_device(value, device)) for key, value in batch.items())
     if isinstance(batch, (list, tuple)):

@@ -1,6 +1,6 @@
 """gather concatenates the outputs where they are and never moves the result to `device`."""
 
-LOSES = ["test_gather_concatenates_in_order_and_keeps_gradients"]
+LOSES = ["test_gather_moves_each_part_to_the_target_device_first"]
 
 
 def gather(outputs, device, dim=0):

@@ -97,3 +97,43 @@ def test_replica_devices_says_what_stands_in_for_the_gpus():
     assert ("CUDA GPUs" if gpus >= 2 else "on the CPU") in why
     with pytest.raises(ValueError):
         replica_devices(0)
+
+
+def _matmul_dtype(_):
+    a = torch.ones(4, 4)
+    return (a @ a).dtype, torch.is_autocast_enabled("cpu")
+
+
+def test_parallel_apply_carries_the_callers_autocast_into_the_threads():
+    """Lesson 06's autocast: under torch.autocast in the caller, the replicas' matmuls run in its dtype, not fp32."""
+    for dtype in [torch.bfloat16, torch.float16]:
+        with torch.autocast("cpu", dtype=dtype):
+            assert parallel_apply([_matmul_dtype] * 3, [0, 1, 2]) == [(dtype, True)] * 3
+            with torch.autocast("cpu", enabled=False):  # switched off again inside: off in the threads too
+                assert parallel_apply([_matmul_dtype] * 2, [0, 1]) == [(torch.float32, False)] * 2
+    assert parallel_apply([_matmul_dtype] * 2, [0, 1]) == [(torch.float32, False)] * 2  # nothing leaks out
+    model = nn.Linear(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        dp = DataParallelByHand(model, ["cpu"] * 2)
+        assert dp(torch.randn(6, 4)).dtype == torch.bfloat16, "the by-hand step runs its replicas under autocast"
+
+
+def test_parallel_apply_checks_its_devices_argument():
+    with pytest.raises(ValueError):
+        parallel_apply([abs, abs], [1, 2], devices=["cpu"])
+    assert parallel_apply([abs, abs], [-1, -2], devices=["cpu", None]) == [1, 2]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU: the current device and stream")
+def test_parallel_apply_carries_the_callers_stream_and_device_on_cuda():
+    def where(x):
+        return torch.cuda.current_device(), torch.cuda.current_stream(x.device).cuda_stream
+
+    last = torch.cuda.device_count() - 1
+    side = torch.cuda.Stream(device=last)
+    with torch.cuda.device(last), torch.cuda.stream(side):
+        x = torch.ones(2, device=f"cuda:{last}")
+        seen = parallel_apply([where] * 2, [x, x])
+    assert seen == [(last, side.cuda_stream)] * 2, "each replica runs on its input's device, on the caller's stream"
+    default = torch.cuda.current_stream(last).cuda_stream
+    assert parallel_apply([where] * 2, [x, x]) == [(last, default)] * 2

@@ -1,0 +1,16 @@
+"""Sums optimizer.state.get(p, {}) over the model's parameters: the states of a parameter outside the model are missed."""
+
+LOSES = ["test_training_state_bytes_matches_the_tensors"]
+
+
+def training_state_bytes(model, optimizer):
+    if not isinstance(model, nn.Module):
+        raise TypeError("model must be a torch.nn.Module")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("optimizer must be a torch.optim.Optimizer")
+    params = list(model.parameters())
+    grads = [p.grad for p in params if p.grad is not None]
+    states = [v for p in params for v in optimizer.state.get(p, {}).values() if isinstance(v, torch.Tensor)]
+    return {"parameters": sum(t.numel() * t.element_size() for t in params),
+            "gradients": sum(t.numel() * t.element_size() for t in grads),
+            "optimizer_states": sum(t.numel() * t.element_size() for t in states)}
