@@ -217,6 +217,16 @@ def pytest(python: Path, args: list[str]) -> int:
     return subprocess.call([str(python), "-m", "pytest", *args], cwd=ROOT)
 
 
+def suite_workers(pytest_args: list[str], cores: int | None = None) -> list[str]:
+    """pytest-xdist's `-n N --dist loadfile` for the whole suite: the grader's tests and the browser's lessons,
+    each a long file that mostly waits on one process, then run side by side (CI: 10 minutes instead of 14).
+    None where the caller chose (-n, -p no:xdist) or there is one core; at most 4 workers."""
+    if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) or "xdist" in arg for arg in pytest_args):
+        return []
+    cores = os.cpu_count() or 1 if cores is None else cores
+    return ["-n", str(min(4, cores)), "--dist", "loadfile"] if cores >= 2 else []
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in {"lab", "test", "check", "selfcheck"}:
         print(__doc__)
@@ -247,8 +257,10 @@ def main(argv: list[str]) -> int:
         say(f"step {step}/3: {what}")
         if subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", check], cwd=ROOT) != 0:
             failed.append(check)
-    say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)")
-    code = pytest(python, ["tests", "--target", "solutions", *extra])
+    workers = suite_workers(extra)
+    say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)"
+        + (f", in {workers[1]} pytest workers (pytest-xdist, one test file per worker)" if workers else ""))
+    code = pytest(python, ["tests", "--target", "solutions", *workers, *extra])
     if failed:
         say(f"the self-check(s) above FAILED: {', '.join(failed)}")
         return 1

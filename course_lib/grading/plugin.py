@@ -39,7 +39,7 @@ def load_hypothesis_profile() -> str:
     (child processes take what they take on a loaded machine), no example database (nothing written beside
     the learner's files), shrinking on (the learner sees the smallest failing case).
     selfcheck: the same, without shrinking (a wrong answer only has to lose points; each shrink step is one
-    more child process).
+    more child process). quick: selfcheck with two drawn inputs per test besides its explicit examples.
     """
     import tempfile
 
@@ -57,6 +57,11 @@ def load_hypothesis_profile() -> str:
                                          HealthCheck.function_scoped_fixture])
     settings.register_profile("grading", **common)
     settings.register_profile("selfcheck", phases=[Phase.explicit, Phase.reuse, Phase.generate], **common)
+    # quick: each test's explicit examples and two drawn inputs, no shrinking. For runs that test something else
+    # than the exercises (the grader's own tests grade a class on ex00 many times over), or a large class graded
+    # in a hurry (the grader passes COURSE_HYPOTHESIS to its judges); the exercises' full runs use 'grading'.
+    settings.register_profile("quick", phases=[Phase.explicit, Phase.reuse, Phase.generate],
+                              **{**common, "max_examples": 2})
     name = os.environ.get(PROFILE_VARIABLE) or "grading"
     settings.load_profile(name)
     return name

@@ -55,7 +55,8 @@ def build_judge(work: Path, hidden: Path | None, exercises: list[str] | None) ->
 
 def judge_env(home: Path, sandboxed: bool = False) -> dict[str, str]:
     """The judge's environment: only what Python, pytest and CUDA need, a home in the student's scratch folder."""
-    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX")
+    keep = ("PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+            "COURSE_HYPOTHESIS")  # the Hypothesis profile graded tests run under (course_lib.grading.plugin)
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(
         PYTHONPATH=str(ROOT),

@@ -59,10 +59,16 @@ needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None,
                                  reason=f"the allow-list sandbox is NOT tested here: {BWRAP_PROBLEM}")
 
 
+# These tests test the grader, not ex00 (whose full property tests run in the graded suite): its judges draw two
+# inputs per property test besides the explicit examples, which is what decides each student's verdict here.
+GRADER_ENV = {**os.environ, "COURSE_HYPOTHESIS": "quick"}
+
+
 def _grade(submissions: Path, out: Path, *extra: str, limit: float) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     done = subprocess.run([PYTHON, "-m", "course_lib.grade", str(submissions), "--out", str(out), "--exercises", "ex00",
-                           "--no-progress", *extra], cwd=ROOT, capture_output=True, text=True, timeout=limit)
+                           "--no-progress", *extra], cwd=ROOT, capture_output=True, text=True, timeout=limit,
+                          env=GRADER_ENV)
     return done, time.monotonic() - started
 
 

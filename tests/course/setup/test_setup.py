@@ -119,3 +119,11 @@ def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, c
     monkeypatch.setattr(course.os, "geteuid", lambda: 1000)  # not root: nothing is installed, and it is said
     course.ensure_system_packages({"no-such-command-for-the-course": "no-such-package"})
     assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, cores, wanted", [
+    ([], 2, ["-n", "2", "--dist", "loadfile"]), ([], 16, ["-n", "4", "--dist", "loadfile"]), ([], 1, []),
+    (["-n", "0"], 8, []), (["-n3"], 8, []), (["-p", "no:xdist"], 8, []), (["-m", "browser"], 2, ["-n", "2", "--dist", "loadfile"]),
+])
+def test_course_py_runs_the_suite_in_workers_unless_told_otherwise(args, cores, wanted):
+    assert _course_py().suite_workers(args, cores) == wanted
