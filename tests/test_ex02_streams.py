@@ -282,13 +282,13 @@ def test_pipeline_time_is_a_formula():
 
 def _bad_pipelines(module):
     return [exception_raised_by(module.pipeline_time, *args, overlapped=True)
-            for args in [(-1, 1.0, 1.0), (3, -0.5, 1.0), (3, 1.0, -2.0)]]
+            for args in [(-1, 1.0, 1.0), (3, -0.5, 1.0), (3, 1.0, -2.0), (3, 1.0, -0.5)]]
 
 
 @pytest.mark.points(1)
 def test_pipeline_time_rejects_bad_arguments():
     kinds = [kind for kind, _ in run("ex02", _bad_pipelines)]
-    assert kinds == ["ValueError"] * 3, f"negative batches or times need a ValueError, got {kinds}"
+    assert kinds == ["ValueError"] * 4, f"negative batches or times need a ValueError, got {kinds}"
 
 
 # ---------------------------------------------------------------- map_tensors and the batches' structure

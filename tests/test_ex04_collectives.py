@@ -839,13 +839,16 @@ def _perf_driver(module, logs, bad_logs):
 
 NO_ROWS = "# nThread 1 nGpus 1 minBytes 8 maxBytes 8\n# Avg bus bandwidth : 0\n"
 NO_DEVICES = "\n".join(line for line in ONE_MACHINE.splitlines() if "Rank" not in line) + "\n"
+# A device list and a column header, but the run printed no result row (it crashed, or was cut short).
+NO_RESULTS = "\n".join(line for line in ONE_MACHINE.splitlines() if line.startswith("#")) + "\n"
 
 
 @pytest.mark.points(2)
 def test_all_reduce_perf_bandwidths_agree_with_nccl_tests():
     """Three real logs, two layouts; the bandwidths computed here from each row's size and printed time."""
     names = list(PERF_LOGS)
-    got = run("ex04", _perf_driver, [PERF_LOGS[name][0] for name in names], [NO_ROWS, NO_DEVICES], timeout=TIMEOUT)
+    got = run("ex04", _perf_driver, [PERF_LOGS[name][0] for name in names], [NO_ROWS, NO_DEVICES, NO_RESULTS],
+              timeout=TIMEOUT)
     for name, result in zip(names, got["results"]):
         log, gpus, fields_per_row, time_at = PERF_LOGS[name]
         assert result["ranks_type"] == "int", f"{name}: 'ranks' should be an int, not a {result['ranks_type']}"
@@ -872,5 +875,6 @@ def test_all_reduce_perf_bandwidths_agree_with_nccl_tests():
                 assert value == pytest.approx(want, rel=1e-9), (
                     f"{where} in {want_us} us: {what} is {want:.6g} GB/s, computed from the size and time, not "
                     f"{value:.6g}" + (" (the log's column, rounded to two decimals)" if value == shown else ""))
-    assert [raised for raised, _ in got["bad"]] == ["ValueError", "ValueError"], (
-        f"a log without result rows and a log without a device list must raise ValueError; got {got['bad']}")
+    assert [raised for raised, _ in got["bad"]] == ["ValueError"] * 3, (
+        "a log without result rows (with or without a device list and header) and a log without a device list "
+        f"must raise ValueError; got {got['bad']}")
