@@ -1,6 +1,5 @@
-"""Asynchronous execution and streams: the copy/compute schedule model, timelines, recorded H100 figures (notebook 02).
+"""Asynchronous execution and streams: the copy/compute schedule model and timelines (notebook 02).
 
-    RECORDED_H100               the GPU figures lesson 02 quotes beside a learner's own measurements, with their source
     copy_compute_schedule(...)  the model: when each copy and compute of n batches runs, one after the other or overlapped
     draw_timeline(spans, ...)   lanes of bars (engines, streams, threads) of a schedule, modelled or measured
     profiler_spans(prof, ...)   spans of the work a torch.profiler run recorded: CPU ops by thread, GPU work by stream
@@ -16,20 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-__all__ = ["RECORDED_H100", "Span", "copy_compute_schedule", "draw_timeline", "draw_schedules", "profiler_spans",
+__all__ = ["Span", "copy_compute_schedule", "draw_timeline", "draw_schedules", "profiler_spans",
            "schedule_explorer"]
-
-RECORDED_H100 = {
-    "source": "recorded by a stand-alone script on one H100 80GB, torch 2.11, CUDA 13 "
-              "(figures from the course's issue tracker; date not recorded)",
-    "copy_ms": 4.95,  # 256 MiB host-to-device from pinned memory: 54 GB/s
-    "matmul_ms": 2.83,  # 8192x8192 float32 matmul; 388 TFLOP/s, so TF32 tensor cores (plain fp32 there: 51.6 TFLOP/s)
-    "serial_ms": 7.63,  # the copy, then the matmul, on one stream
-    "overlapped_ms": 4.93,  # the copy on a side stream beside the matmul
-    "adds_launched_ms": 11.8,  # 1,000 tiny in-place adds, each launched from Python
-    "adds_graph_ms": 1.19,  # the same 1,000 adds replayed from one CUDA graph
-}
-
 
 @dataclass(frozen=True)
 class Span:
@@ -170,7 +157,9 @@ def draw_schedules(copy: float, compute: float, n_batches: int, *, unit: str = "
     return t_serial, t_overlapped
 
 
-def schedule_explorer(copy: float = 4.95, compute: float = 2.83, n_batches: int = 6):
+# The defaults are the H100 times of record 02/overlap (notebooks/recorded_on_gpu.json, 2026-11-23): a 256 MiB pinned
+# copy and an 8192² TF32 matmul, in ms.
+def schedule_explorer(copy: float = 4.86, compute: float = 2.69, n_batches: int = 6):
     """Sliders for copy time, compute time and batches that redraw the model's two timelines (notebook 02)."""
     import ipywidgets as widgets
 
