@@ -1,10 +1,28 @@
 #!/usr/bin/env python3
-"""Set up and run the course: the two commands of the README.
+"""Set up and run the course. Nothing to activate: every command installs the course first (once, into the
+environment described below), then runs in the course's own Python.
 
-    python3 course.py lab     install the course (once) and open JupyterLab on notebooks/
-    python3 course.py test    install the course (once) and run every test, as CI does
-    python3 course.py check ex01   grade your own exercises/ex01_*.py in the terminal
-    python3 course.py selfcheck mutants ex03   (course developers) the graded tests' mutation score
+For learners
+    python3 course.py lab [OPTIONS]        JupyterLab on this folder, opening notebooks/00_welcome.ipynb
+    python3 course.py check ex01           grade your own exercises/ex01_*.py in the terminal
+    python3 course.py test [PYTEST_ARGS]   every test, as CI does
+
+For instructors
+    python3 course.py grade SUBMISSIONS --out OUT [...]   grade a class (the instructor's grader)
+    python3 course.py release OUT [--zip]                 make the student release
+    python3 course.py pytest [PYTEST_ARGS]                pytest in the course's folder, e.g. --target PATH
+
+For course developers
+    python3 course.py exercises                                         write exercises/ from solutions/
+    python3 course.py selfcheck stubs|wrong-answers|mutants [exNN ...]   the course's own checks
+    python3 course.py record-gpu-outputs EXECUTED.ipynb [...]           keep what GPU cells printed
+    python3 course.py torchrun --standalone --nproc-per-node=4 SCRIPT   torchrun, one process per GPU
+    python3 course.py python SCRIPT|-m MODULE|-c CODE [...]             the course's Python, e.g. a benchmark:
+        python3 course.py python benchmarks/launch_overhead.py
+
+Add --help after a command for its own options (python3 course.py grade --help). check, exercises, pytest,
+selfcheck and test run in the course's folder (where pyproject.toml's pytest settings are); the others in the
+folder you run them from, so their paths are yours.
 
 `test` passes what follows it to pytest: `-m browser` runs only the browser tests (every lesson in
 JupyterLab in headless Chromium), `-m "not browser"` everything else. The browser tests need the
@@ -12,12 +30,16 @@ Python package playwright and Chromium: `test` installs them when they are asked
 
 Only the standard library is used here, so this runs on a fresh Python 3.10+.
 The course installs into the active virtual or conda environment; with none
-active it creates `.venv/` beside this file and uses that.
+active it creates `.venv/` beside this file and uses that. It installs again only when pyproject.toml or
+constraints.txt changes, or the environment's torch does. A torch in the supported range that the environment
+already has is kept (a cloud image's, or PyTorch's CPU-only wheel on a laptop: see the README).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -51,11 +73,17 @@ def environment_python() -> Path:
         say(f"an environment is active ({active}) but python3 is not its Python; using {VENV} instead")
     if not (VENV / "bin" / "python").exists():
         say(f"creating a virtual environment in {VENV}")
-        venv.EnvBuilder(with_pip=True).create(VENV)
+        try:
+            venv.EnvBuilder(with_pip=True).create(VENV)
+        except (OSError, subprocess.CalledProcessError) as error:
+            shutil.rmtree(VENV, ignore_errors=True)
+            sys.exit(f"[course] could not create {VENV} ({error}). On Debian or Ubuntu, install Python's venv "
+                     "module (sudo apt-get install -y python3-venv) and run this again.")
     return VENV / "bin" / "python"
 
 
 LOCK = ROOT / "constraints.txt"  # the exact torch and torchvision a fresh environment gets
+STAMP = ".multigpu-course-installed"  # in the environment's prefix: what the last install was decided on (JSON)
 
 # Asks the environment's Python, without importing torch (seconds saved), where it lives and which torch it has.
 _PROBE = """
@@ -84,50 +112,143 @@ def supported_torch() -> tuple[str, str]:
     return match.group(1), match.group(2)
 
 
-def install(python: Path, extras: tuple[str, ...] = ()) -> None:
-    """pip-install the course (with pyproject.toml's optional `extras`), keeping a torch in the supported range
-    that the environment already has.
+def install_inputs() -> str:
+    """The digest of the files an install is decided on: pyproject.toml and constraints.txt."""
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + b"\0" + LOCK.read_bytes()).hexdigest()
 
-    A cloud GPU image's own torch (built for its driver) stays; elsewhere torch and torchvision come from
-    constraints.txt. Skipped when nothing that decides the install has changed and the extras are there.
+
+def probe(python: Path) -> tuple[Path, str]:
+    """The environment's prefix and its torch version ('' when it has none)."""
+    done = subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True)
+    lines = done.stdout.splitlines()
+    if done.returncode != 0 or not lines:
+        sys.exit(f"[course] {python} does not run:\n{done.stderr.strip()}\n"
+                 f"[course] delete {VENV} (or fix the active environment) and run this again.")
+    return Path(lines[0]), (lines[1:] + [""])[0].strip()
+
+
+def read_stamp(prefix: Path) -> dict:
+    """What the last install recorded: {"inputs", "root", "torch", "extras"}; {} when there is none, and
+    {"outdated": True} for a stamp an older course.py wrote."""
+    try:
+        stamp = json.loads((prefix / STAMP).read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError):
+        return {"outdated": True}
+    return stamp if isinstance(stamp, dict) else {"outdated": True}
+
+
+def plan_install(torch: str, stamp: dict, extras: tuple[str, ...] | list[str], inputs: str, root: str,
+                 supported: tuple[str, str]) -> dict | None:
+    """What an install has to do, decided from the environment's torch, the last install's stamp and the extras
+    this command needs; None when nothing. Otherwise {"what": "extras" (pip-install only those) or "course"
+    (pip-install the course), "keep": keep the environment's torch, "extras": the extras to install,
+    "why": a sentence for the learner}.
+
+    The stamp records the torch an install LEFT (not the one it found), so the first command after an install
+    finds everything current, whatever extras it asks for or leaves out.
     """
-    prefix, installed = (subprocess.run([str(python), "-c", _PROBE], capture_output=True, text=True, check=True)
-                         .stdout.splitlines() + [""])[:2]
-    low, high = supported_torch()
-    keep = bool(installed) and _release(low) <= _release(installed) < _release(high)
-    decided = hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + LOCK.read_bytes()
-                             + (installed if keep else "").encode()).hexdigest()
-    stamp = Path(prefix) / ".multigpu-course-installed"
-    done = stamp.read_text().split() if stamp.exists() else []  # decided, root, then the extras installed
-    if done[:2] == [decided, str(ROOT)] and set(extras) <= set(done[2:]):
+    low, high = supported
+    keep = bool(torch) and _release(low) <= _release(torch) < _release(high)
+    had = [extra for extra in stamp.get("extras", []) if isinstance(extra, str)]
+    if not stamp:
+        why = ""  # the first install: what it installs is said below
+    elif stamp.get("outdated"):
+        why = "the record of the last install comes from an older course.py; checking the install again"
+    elif stamp.get("root") != root:
+        why = f"the course was installed from {stamp.get('root')}; installing it from here"
+    elif stamp.get("inputs") != inputs:
+        why = "pyproject.toml or constraints.txt changed since the last install; installing again"
+    elif stamp.get("torch") != torch:
+        why = (f"this environment's torch changed since the last install ({stamp.get('torch') or 'none'} then, "
+               f"{torch or 'none'} now); installing again")
+    elif not keep:
+        why = ""  # a torch outside the range that the last install left: what happens is said below
+    else:
+        missing = sorted(set(extras) - set(had))
+        if not missing:
+            return None
+        return {"what": "extras", "keep": True, "extras": missing, "why": ""}
+    return {"what": "course", "keep": keep, "extras": sorted(set(had) | set(extras)), "why": why}
+
+
+@contextlib.contextmanager
+def _install_lock(prefix: Path):
+    """One install at a time per environment (two commands started together would run two pips)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock (the course is untested there)
+        yield
         return
-    if done[:2] != [decided, str(ROOT)]:
-        done = [decided, str(ROOT)]
-    for extra in extras:
-        if extra not in done[2:]:
-            say(f"installing what the {extra} tests need: the Python package "
-                f"{', '.join(optional_dependencies().get(extra, [])) or extra} (pip)")
-    wanted = sorted(set(done[2:]) | set(extras))
-    target = f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)
+    with open(prefix / (STAMP + ".lock"), "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say("another course.py is installing into this environment; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def install(python: Path, extras: tuple[str, ...] = ()) -> None:
+    """pip-install the course (with pyproject.toml's optional `extras`) where `plan_install` says so, keeping a
+    torch in the supported range that the environment already has.
+
+    A cloud GPU image's own torch (built for its driver), or PyTorch's CPU-only wheel on a laptop, stays;
+    elsewhere torch and torchvision come from constraints.txt.
+    """
+    prefix, torch = probe(python)
+    inputs, supported = install_inputs(), supported_torch()
+    plan = plan_install(torch, read_stamp(prefix), extras, inputs, str(ROOT), supported)
+    if plan is None:
+        return
+    with _install_lock(prefix):
+        prefix, torch = probe(python)  # again: another course.py may have installed while we waited
+        stamp = read_stamp(prefix)
+        plan = plan_install(torch, stamp, extras, inputs, str(ROOT), supported)
+        if plan is None:
+            return
+        _pip_install(python, plan, torch, supported)
+        torch_after = probe(python)[1]
+        extras_after = set(plan["extras"]) | (set(stamp.get("extras", [])) if plan["what"] == "extras" else set())
+        (prefix / STAMP).write_text(json.dumps({"inputs": inputs, "root": str(ROOT), "torch": torch_after,
+                                                "extras": sorted(extras_after)}) + "\n")
+
+
+def _pip_install(python: Path, plan: dict, torch: str, supported: tuple[str, str]) -> None:
+    low, high = supported
+    requirements = optional_dependencies()
+    for extra in plan["extras"]:
+        say(f"installing what the {extra} tests need: the Python package "
+            f"{', '.join(requirements.get(extra, [])) or extra} (pip)")
     with tempfile.TemporaryDirectory() as tmp:
-        if keep:
+        if plan["keep"]:
             # Freeze the torch that is here: pip may add what is missing (a torchvision for this torch,
             # jupyterlab, ...) but never replaces torch, and stops with a message if it would have to.
             constraints = Path(tmp) / "keep-torch.txt"
-            constraints.write_text(f"torch=={installed}\n")
-            say(f"keeping the torch {installed} this environment has (the course supports {low} to below {high}); "
-                "installing the rest")
+            constraints.write_text(f"torch=={torch}\n")
         else:
             constraints = LOCK
-            if installed:
-                say(f"torch {installed} here is outside the supported range ({low} to below {high}): "
-                    "installing the course's own")
-            say("installing the course and its packages (torch is large: a few minutes the first time)")
+        if plan["what"] == "extras":
+            targets = [requirement for extra in plan["extras"] for requirement in requirements.get(extra, [])]
+        else:
+            if plan["why"]:
+                say(plan["why"])
+            if plan["keep"]:
+                say(f"this environment already has torch {torch}, which the course supports ({low} up to, not "
+                    f"including, {high}): it is left as it is, and only the course's other packages are installed")
+            else:
+                if torch:
+                    say(f"this environment's torch {torch} is outside the supported range ({low} up to, not "
+                        f"including, {high}): installing the course's own")
+                say("installing the course and its packages (torch is large: a few minutes the first time)")
+            wanted = plan["extras"]
+            targets = ["-e", f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)]
         result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                                 "-c", str(constraints), "-e", target])
+                                 "-c", str(constraints), *targets])
     if result.returncode != 0:
-        sys.exit("[course] pip could not install the course; its message is above.")
-    stamp.write_text(" ".join([decided, str(ROOT), *wanted]) + "\n")
+        sys.exit("[course] pip could not install the course; its message is above. Check your network "
+                 "connection and disk space, then run the same command again.")
 
 
 def optional_dependencies() -> dict[str, list[str]]:
@@ -206,11 +327,21 @@ def ensure_system_packages(packages: dict[str, str]) -> None:
         say(f"could not install {names}: the tests that need it are SKIPPED")
 
 
-def lab(python: Path, extra: list[str]) -> int:
-    say("opening JupyterLab on notebooks/ (stop it with Ctrl-C)")
+WELCOME = "notebooks/00_welcome.ipynb"  # what `lab` opens
+
+
+def lab_command(python: Path, extra: list[str]) -> list[str]:
+    """JupyterLab on the course's folder (notebooks/ and exercises/ both in its file browser), opening the
+    welcome notebook."""
     if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
         extra = ["--allow-root", *extra]  # containers and cloud images often run as root
-    return subprocess.call([str(python), "-m", "jupyter", "lab", f"--notebook-dir={ROOT / 'notebooks'}", *extra])
+    return [str(python), "-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}",
+            f"--LabApp.default_url=/lab/tree/{WELCOME}", *extra]
+
+
+def lab(python: Path, extra: list[str]) -> int:
+    say(f"opening JupyterLab on {ROOT}, at {WELCOME}; your exercises are in exercises/ (stop it with Ctrl-C)")
+    return subprocess.call(lab_command(python, extra))
 
 
 def pytest(python: Path, args: list[str]) -> int:
@@ -218,20 +349,49 @@ def pytest(python: Path, args: list[str]) -> int:
 
 
 def suite_workers(pytest_args: list[str], cores: int | None = None) -> list[str]:
-    """pytest-xdist's `-n N --dist loadfile` for the whole suite: the grader's tests and the browser's lessons,
-    each a long file that mostly waits on one process, then run side by side (CI: 10 minutes instead of 14).
-    None where the caller chose (-n, -p no:xdist) or there is one core; at most 4 workers."""
+    """pytest-xdist's options for the whole suite: one worker more than the cores (at most 4), since the longest
+    tests (the grader's, the lessons in the browser) mostly wait on other processes; `--dist loadgroup` with the
+    groups tests/course/conftest.py gives (a test file, or one browser lesson) handed out longest first.
+    None where the caller chose (-n, -p no:xdist) or there is one core."""
     if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) or "xdist" in arg for arg in pytest_args):
         return []
     cores = os.cpu_count() or 1 if cores is None else cores
-    return ["-n", str(min(4, cores)), "--dist", "loadfile"] if cores >= 2 else []
+    return ["-n", str(min(4, cores + 1)), "--dist", "loadgroup", "--no-loadscope-reorder"] if cores >= 2 else []
+
+
+# The commands that pass what follows them to a module of the course's Python:
+# name -> (the arguments after `python`, whether it runs in the course's folder rather than the caller's).
+PASSTHROUGH: dict[str, tuple[tuple[str, ...], bool]] = {
+    "check": (("-m", "course_lib.check"), True),
+    "pytest": (("-m", "pytest"), True),
+    "exercises": (("-m", "course_lib.exercises"), True),
+    "selfcheck": (("-m", "course_lib.instructor.selfcheck"), True),
+    "grade": (("-m", "course_lib.grade"), False),
+    "release": (("-m", "course_lib.instructor.release"), False),
+    "record-gpu-outputs": (("-m", "course_lib.instructor.record_gpu_outputs"), False),
+    "torchrun": (("-m", "torch.distributed.run"), False),
+    "python": ((), False),
+}
+COMMANDS = ("lab", "test", *PASSTHROUGH)
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"lab", "test", "check", "selfcheck"}:
+    if argv and argv[0] in {"-h", "--help", "help"}:
+        print(__doc__)
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        if argv:
+            print(f"[course] there is no command {argv[0]!r}; the commands are: {', '.join(COMMANDS)}",
+                  file=sys.stderr)
         print(__doc__)
         return 2
     command, extra = argv[0], argv[1:]
+    module = PASSTHROUGH.get(command, ((), False))[0][1:2]
+    if module and module[0].startswith("course_lib.") and not (ROOT / (module[0].replace(".", "/") + ".py")).exists():
+        sys.exit(f"[course] '{command}' is an instructor's or course developer's command, and this copy of the course "
+                 "(a student release) does not include it; ask your instructor, or use the course's full repository.")
+    if command == "check" and not extra:
+        sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")
     python = environment_python()
     browser = command == "test" and wants_browser_tests(extra)
     install(python, (BROWSER_EXTRA,) if browser else ())
@@ -239,12 +399,9 @@ def main(argv: list[str]) -> int:
         prepare_browser()
     if command == "lab":
         return lab(python, extra)
-    if command == "selfcheck":  # stubs | wrong-answers | mutants: course_lib/instructor/selfcheck.py
-        return subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", *extra], cwd=ROOT)
-    if command == "check":
-        if not extra:
-            sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")
-        return subprocess.call([str(python), "-m", "course_lib.check", *extra], cwd=ROOT)
+    if command in PASSTHROUGH:
+        arguments, in_root = PASSTHROUGH[command]
+        return subprocess.call([str(python), *arguments, *extra], cwd=ROOT if in_root else None)
     if not (ROOT / "solutions").is_dir():  # a student release: grade the learner's own files
         say("no solutions/ here (a student release): running every test against your exercises/")
         return pytest(python, ["tests", "--target", "exercises", *extra])
@@ -259,7 +416,7 @@ def main(argv: list[str]) -> int:
             failed.append(check)
     workers = suite_workers(extra)
     say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)"
-        + (f", in {workers[1]} pytest workers (pytest-xdist, one test file per worker)" if workers else ""))
+        + (f", in {workers[1]} pytest workers (pytest-xdist: a test file, or one lesson in the browser, per worker)" if workers else ""))
     code = pytest(python, ["tests", "--target", "solutions", *workers, *extra])
     if failed:
         say(f"the self-check(s) above FAILED: {', '.join(failed)}")
@@ -268,4 +425,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:  # Ctrl-C: the command below has been told too, and says what it stopped
+        sys.exit(130)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from course_lib.tables import plural
+
 __all__ = [
     "GPUInfo",
     "HardwareReport",
@@ -122,7 +124,8 @@ def _what_is_real(report: HardwareReport) -> list[str]:
                  "Distributed lessons run gloo ranks on the CPU (NCCL needs one GPU per rank); "
                  "multi-GPU cells skip."]
     else:
-        lines = [f"{n} CUDA GPUs: measurements are real; up to {n} ranks run on NCCL, one GPU each."]
+        lines = [f"{plural(n, 'CUDA GPU')}: measurements are real; up to {plural(n, 'rank')} run on NCCL, "
+                 "one GPU each."]
     if report.cuda_build is None:
         lines.append("This torch is a CPU-only build: install a CUDA build to use NVIDIA GPUs.")
     return lines
@@ -133,7 +136,7 @@ def print_hardware_report(report: HardwareReport | None = None) -> None:
     from course_lib.tables import print_table
 
     report = report or hardware_report()
-    print(f"CPU: {report.cpu_cores} usable cores ({report.cpu_name})")
+    print(f"CPU: {plural(report.cpu_cores, 'usable core')} ({report.cpu_name})")
     if report.gpus:
         rows = [(g.index, g.name, f"{g.total_memory / GiB:.1f}", f"{g.capability[0]}.{g.capability[1]}", g.sm_count)
                 for g in report.gpus]
@@ -153,13 +156,16 @@ def pick_device() -> tuple[torch.device, str]:
     n = cuda_gpu_count()
     if n:
         name = torch.cuda.get_device_name(0)
-        return torch.device("cuda", 0), f"cuda:0 ({name}), the first of {n} CUDA GPU{'s' if n > 1 else ''}"
+        which = "the only CUDA GPU" if n == 1 else f"the first of {plural(n, 'CUDA GPU')}"
+        return torch.device("cuda", 0), f"cuda:0 ({name}), {which}"
     if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
         return torch.device("mps"), "mps: no CUDA GPU, but an Apple-silicon GPU is available"
     other = torch.accelerator.current_accelerator(check_available=True)  # e.g. an Intel XPU
     if other is not None:
         return torch.device(other.type, 0), f"{other.type}: no CUDA or Apple GPU, but a {other.type} accelerator is available"
-    return torch.device("cpu"), f"cpu: no CUDA GPU or Apple GPU here, so the {usable_cores()} CPU cores do the work"
+    cores = usable_cores()
+    return torch.device("cpu"), (f"cpu: no CUDA GPU or Apple GPU here, so the {plural(cores, 'CPU core')} "
+                                 f"{'does' if cores == 1 else 'do'} the work")
 
 
 def require_gpus(n: int, what: str, record: str | None = None) -> bool:
@@ -177,7 +183,7 @@ def require_gpus(n: int, what: str, record: str | None = None) -> bool:
 
             print(measured_here())
         return True
-    _say(f"Skipped: this cell needs {n} CUDA GPU{'s' if n > 1 else ''} and this machine has {have}.\n"
+    _say(f"Skipped: this cell needs {plural(n, 'CUDA GPU')} and this machine has {have}.\n"
          f"On a GPU machine it runs as written, to {what}.")
     if record:
         from course_lib.recorded import show_recorded

@@ -23,6 +23,8 @@ from typing import Sequence, Union
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
+from course_lib.tables import plural
+
 __all__ = ["Cell", "Picture", "draw_collective", "collective_picture", "COLLECTIVES", "ring_all_reduce_states",
            "draw_ring_all_reduce", "draw_barrier", "rank_letter"]
 
@@ -116,7 +118,7 @@ def draw_collective(
     `arrow` is written over the arrow (e.g. the call that turns before into after).
     """
     if len(before) != len(after):
-        raise ValueError(f"before has {len(before)} ranks but after has {len(after)}")
+        raise ValueError(f"before has {plural(len(before), 'rank')} but after has {len(after)}")
     width = max([len(r) for r in [*before, *after]] + [1])
     n = len(before)
     fig = Picture(figsize=(3.6 + 1.25 * width, 0.55 * n + (1.3 if note else 1.0)), layout="constrained")
@@ -243,9 +245,9 @@ def draw_ring_all_reduce(world_size: int = 4) -> Picture:
     last = axes[1][n - 1]
     last.set_axis_off()
     if n > 1:
-        last.text(0.05, 0.5, f"Σk: chunk k summed\nover all {n} ranks.\n\nEach step moves\n1/{n} of the tensor\n"
+        last.text(0.05, 0.5, f"Σk: chunk k summed\nover all {plural(n, 'rank')}.\n\nEach step moves\n1/{n} of the tensor\n"
                   "per rank.", ha="left", va="center", fontsize=9.5, color="#333333", transform=last.transAxes)
-    fig.suptitle(f"Ring all-reduce in {n} ranks: rank r sends to rank (r+1) % {n}; thick outline = sent next",
+    fig.suptitle(f"Ring all-reduce in {plural(n, 'rank')}: rank r sends to rank (r+1) % {n}; thick outline = sent next",
                  fontsize=12)
     return fig
 

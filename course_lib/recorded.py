@@ -7,7 +7,9 @@ On a GPU machine the cell runs, and its first line says where it was measured:
 
 On a machine without one, the cell is skipped and shows what it printed on a GPU, from
 `notebooks/recorded_on_gpu.json`, under a header that says so. Nothing recorded is ever shown as the
-learner's own measurement. After executing the notebooks on a GPU, an instructor refreshes the records
+learner's own measurement: what a live cell says of itself ("measured here (ms)", "here: copy at 55.2 GB/s")
+is true where it runs, so a record is shown with those words relabelled ("recorded (ms)", "recorded: copy at
+55.2 GB/s"), the numbers and the table's columns unchanged (`as_recorded`). After executing the notebooks on a GPU, an instructor refreshes the records
 with `python -m course_lib.instructor.record_gpu_outputs EXECUTED.ipynb ...`.
 """
 
@@ -20,11 +22,23 @@ import textwrap
 
 from course_lib.paths import NOTEBOOKS
 
-__all__ = ["RECORDS", "measured_here", "show_recorded", "load_records", "MEASURED"]
+__all__ = ["RECORDS", "measured_here", "show_recorded", "load_records", "as_recorded", "MEASURED"]
 
 RECORDS = NOTEBOOKS / "recorded_on_gpu.json"
 WIDTH = 100  # characters per printed line: a notebook breaks longer ones mid-word
 MEASURED = re.compile(r"^measured on (?P<device>.+?) · torch (?P<torch>\S+) · (?P<date>\d{4}-\d{2}-\d{2})$")
+# What a live GPU cell may say about itself, and what a record of it says instead: "here" is the GPU that ran it,
+# not the machine that shows the record. The last rule catches any other "here"; "there" is no longer than it.
+RELABEL = [
+    (re.compile(r"\b(M|m)easured here\b"), lambda m: "Recorded" if m.group(1) == "M" else "recorded"),
+    (re.compile(r"\bMEASURED here\b"), "RECORDED"),
+    (re.compile(r"^here:"), "recorded:"),
+    (re.compile(r"^Here\b,?"), "In this record,"),
+    (re.compile(r"\bthis machine\b"), "the recording machine"),
+    (re.compile(r"\bhere\b"), "there"),
+    (re.compile(r"\bHere\b"), "There"),
+]
+DASHES = re.compile(r"^-+(?:  -+)*$")  # the line under a table's header (course_lib.tables.format_table)
 
 
 def load_records() -> dict[str, dict]:
@@ -52,10 +66,54 @@ def show_recorded(key: str) -> bool:
     print(textwrap.fill(f"Recorded on {record['device']} with torch {record['torch']} on {record['date']}, "
                         "not on this machine:", WIDTH))
     if record.get("note"):
-        print(textwrap.fill(f"({record['note']})", WIDTH))
+        print(textwrap.fill(f"({as_recorded(record['note'])})", WIDTH))
     lines = []
-    for line in record["text"].rstrip().splitlines():  # a long line is folded at a space, never mid-word
+    for line in as_recorded(record["text"].rstrip()).splitlines():  # a long line is folded at a space, never mid-word
         lines += textwrap.wrap(line, WIDTH - 2, subsequent_indent="  ", break_long_words=False,
                                break_on_hyphens=False) if len(line) > WIDTH - 2 else [line]
     print(textwrap.indent("\n".join(lines), "│ ", lambda line: True))
     return True
+
+
+def as_recorded(text: str) -> str:
+    """`text`, printed by a live GPU cell, as a record of it says it: "measured here" becomes "recorded" (notebook 01).
+
+    Only words change. In a table (a header over a line of dashes) each cell is relabelled within its column,
+    so every column, and every number in it, stays where it was.
+    """
+    lines = text.split("\n")
+    columns: list[tuple[int, int]] | None = None  # the current table's column spans
+    for i, line in enumerate(lines):
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if DASHES.match(following):
+            columns = [m.span() for m in re.finditer(r"-+", following)]
+        elif DASHES.match(line):
+            continue
+        elif columns and not _fits(line, columns):
+            columns = None
+        lines[i] = _relabel_cells(line, columns) if columns else _relabel(line)
+    return "\n".join(lines)
+
+
+def _relabel(words: str) -> str:
+    for pattern, replacement in RELABEL:
+        words = pattern.sub(replacement, words)
+    return words
+
+
+def _fits(line: str, columns: list[tuple[int, int]]) -> bool:
+    """True if `line` is a row of the table whose columns these are: nothing in the gaps, nothing past the end."""
+    return len(line) <= columns[-1][1] and all(line[end:start].strip() == ""
+                                               for (_, end), (start, _) in zip(columns, columns[1:]))
+
+
+def _relabel_cells(line: str, columns: list[tuple[int, int]]) -> str:
+    cells = []
+    for start, end in columns:
+        raw = line[start:end].ljust(end - start)
+        new = _relabel(raw.strip())
+        if new == raw.strip():
+            cells.append(raw)
+        else:  # a right-aligned number column keeps its alignment; a label column is left-aligned
+            cells.append(new.rjust(end - start) if raw.startswith(" ") and raw.strip() else new.ljust(end - start))
+    return "  ".join(cells).rstrip()

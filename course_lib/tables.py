@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-__all__ = ["print_table", "format_table"]
+__all__ = ["print_table", "format_table", "plural"]
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -21,6 +21,25 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 def print_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """Print rows under a header as an aligned plain-text table (notebook 01)."""
     print(format_table(header, rows))
+
+
+def plural(n: float, noun: str, many: str | None = None, *, number: bool = True, spec: str = "") -> str:
+    """A count and its noun, singular only for 1: plural(1, "rank") is "1 rank", plural(2, "batch") "2 batches" (notebook 01).
+
+    `many` spells an irregular plural (plural(2, "child", "children")); in a phrase ("CUDA GPU") the last word
+    takes the plural. number=False gives the noun alone ("Rank" or "Ranks"); `spec` formats the count
+    (spec="," gives "1,234 samples"). Units ("1 s", "2 ms") are not nouns: write those without it.
+    """
+    word = noun if n == 1 else many or _plural_of(noun)
+    return f"{format(n, spec)} {word}" if number else word
+
+
+def _plural_of(noun: str) -> str:
+    if noun.endswith(("s", "x", "z", "ch", "sh")):
+        return noun + "es"
+    if noun.endswith("y") and noun[-2:-1].lower() not in ("", "a", "e", "i", "o", "u"):
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 def _numeric(text: str) -> bool:

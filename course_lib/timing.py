@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from course_lib.tables import print_table
+from course_lib.tables import plural, print_table
 
 __all__ = ["Timing", "benchmark", "compare", "format_seconds", "quick", "QUICK_VARIABLE"]
 
@@ -57,7 +57,7 @@ class Timing:
 
     def __str__(self) -> str:
         return (f"median {format_seconds(self.median)} (IQR {format_seconds(self.iqr)}, "
-                f"min {format_seconds(self.min)}, max {format_seconds(self.max)}, {len(self.times)} runs on {self.device})")
+                f"min {format_seconds(self.min)}, max {format_seconds(self.max)}, {plural(len(self.times), 'run')} on {self.device})")
 
 
 def format_seconds(seconds: float) -> str:

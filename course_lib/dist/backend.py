@@ -7,6 +7,7 @@ import os
 import torch
 
 from course_lib.devices import cuda_gpu_count
+from course_lib.tables import plural
 
 __all__ = ["choose_backend", "process_group_backend", "rank_device", "LaunchError"]
 
@@ -25,19 +26,20 @@ def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, st
     gpus = cuda_gpu_count()
     if backend is None:
         if gpus >= world_size and dist.is_nccl_available():
-            return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({gpus} GPUs here)"
+            return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({plural(gpus, 'GPU')} here)"
         if gpus == 0:
             why = "this machine has no CUDA GPU"
         else:
-            why = f"{world_size} ranks but {gpus} CUDA GPUs, and NCCL needs a GPU per rank"
+            why = f"{plural(world_size, 'rank')} but {plural(gpus, 'CUDA GPU')}, and NCCL needs a GPU per rank"
         return "gloo", f"gloo on the CPU ({why})"
     if backend == "nccl":
         if not dist.is_nccl_available() or gpus < world_size:
             raise LaunchError(
-                f"backend='nccl' needs one CUDA GPU per rank: {world_size} ranks asked for, {gpus} GPUs here. "
+                f"backend='nccl' needs one CUDA GPU per rank: {plural(world_size, 'rank')} asked for, "
+                f"{plural(gpus, 'GPU')} here. "
                 "Use backend='gloo' (or leave backend=None to choose), or fewer ranks."
             )
-        return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({gpus} GPUs here)"
+        return "nccl", f"NCCL for CUDA tensors (gloo for CPU ones), one CUDA GPU per rank ({plural(gpus, 'GPU')} here)"
     if backend == "gloo":
         return "gloo", "gloo on the CPU (asked for)"
     raise LaunchError(f"backend must be None, 'gloo' or 'nccl', not {backend!r}")

@@ -27,6 +27,7 @@ from course_lib.dist.backend import LaunchError, choose_backend
 from course_lib.dist.forkserver import (ranks_do_not_import_main, context, kill_sandbox_processes, sandboxed,
                                         start_fork_server)
 from course_lib.dist.relay import OutputRelay
+from course_lib.tables import plural
 
 __all__ = ["launch", "run_ranks", "RankJob", "RankFailed", "LaunchTimeout"]
 
@@ -113,6 +114,11 @@ def _payload(job: RankJob) -> bytes:
         ) from None
 
 
+def _ranks(ranks: Sequence[int]) -> str:
+    """'Rank 2' or 'Ranks 0, 1': the ranks a message is about, by number."""
+    return f"{plural(len(ranks), 'Rank', number=False)} {', '.join(map(str, ranks))}"
+
+
 def _decode_result(data: bytes, plain: bool):
     if plain:
         import io
@@ -149,7 +155,7 @@ class _Launch:
         if job.init_process_group:
             self.backend, why = choose_backend(self.n, job.backend)
             if not job.quiet:
-                print(f"[launch] {self.n} rank{'s' if self.n > 1 else ''} · {why}", flush=True)
+                print(f"[launch] {plural(self.n, 'rank')} · {why}", flush=True)
         self.payload = _payload(job)
         self.processes: list = []
         self.result_conns: dict = {}  # read end of a rank's result pipe -> rank
@@ -259,12 +265,13 @@ class _Launch:
         stuck = [r for r in range(self.n) if r not in self.results]
         if not stuck:
             stuck = [r for r in range(self.n) if r not in self.exited]
-            detail = f"Rank(s) {stuck} returned but did not exit."
+            detail = f"{_ranks(stuck)} returned but did not exit."
         else:
-            detail = (f"Rank(s) {stuck} had not returned" + (f" (rank(s) {done} had)" if done else "") + ". "
+            detail = (f"{_ranks(stuck)} had not returned" + (f" ({_ranks(done).lower()} had)" if done else "") + ". "
                       "The usual cause: a collective that not every rank calls, or that ranks call in a different "
                       "order, waits forever.")
-        return LaunchTimeout(f"timed out after {self.job.timeout:g} s; all {self.n} ranks were killed.\n"
+        killed = "the rank was killed" if self.n == 1 else f"all {plural(self.n, 'rank')} were killed"
+        return LaunchTimeout(f"timed out after {self.job.timeout:g} s; {killed}.\n"
                              + textwrap.fill(detail, WIDTH))
 
     def close(self) -> None:

@@ -32,6 +32,11 @@ class Confinement:
     memory_cgroup_version: int = 1
     memory_watchdog: bool = False  # no cgroup: the judge polls resident memory and kills above the limit
     gpu_memory_fraction: float = 0.0  # of each GPU, for PyTorch's caching allocator in each process
+    # Files student code opens outside what it may read (the sandbox's allow-list) are appended to `read_log`:
+    # a record for the instructor, which also catches what the fallback sandbox lets through (watch_opens).
+    read_allowed: list[str] | None = None  # folders and files it may open; None: no watching
+    read_log: str | None = None  # the grader's file, opened before the user switch (the student cannot reopen it)
+    traceback_sources: list[str] | None = None  # the judge's tests: read by linecache for a traceback, not flagged
 
     def to_file(self, path: str | os.PathLike) -> None:
         Path(path).write_text(json.dumps(asdict(self)))
@@ -50,6 +55,7 @@ class Confinement:
         import resource
 
         _volunteer_for_the_oom_killer()
+        log = os.open(self.read_log, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC) if self.read_log else None
         for limit, value in ((resource.RLIMIT_AS, self.rlimit_as_bytes), (resource.RLIMIT_NPROC, self.max_processes),
                              (resource.RLIMIT_FSIZE, self.file_bytes)):
             if value:
@@ -67,6 +73,71 @@ class Confinement:
             # After the switch: in the sandbox the fork server's root has no CAP_DAC_OVERRIDE, so only the
             # student's own user can enter its scratch folder (mode 700).
             os.chdir(self.cwd)
+        if log is not None and self.read_allowed is not None:
+            watch_opens(self.read_allowed, log, [self.cwd] if self.cwd else [], self.traceback_sources or [])
+
+
+def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet: list[str] = ()) -> None:
+    """Append every file this process opens outside `allowed` (and every program it runs) to `log_fd`, for good.
+
+    An audit hook (PEP 578) cannot be removed once added. Per open: an absolute path and a prefix check; links
+    are resolved only under `writable` folders and /proc, where student code could make them point anywhere.
+    A tripwire, not a wall: reads through ctypes or another program are not seen; only the sandbox stops them.
+    """
+    import sys
+
+    def folders(paths):
+        return tuple(p.rstrip("/") + "/" for p in paths if p)
+
+    inside = folders(allowed)
+    # and sys.path's folders themselves (not what is in them): zipimport tries to open each as a zip file
+    exact = frozenset([*(p.rstrip("/") for p in allowed if p), *(os.path.abspath(p) for p in sys.path)])
+    resolve, quiet = folders([*writable, "/proc"]), folders(quiet)
+    seen: set[str] = set()
+
+    def note(kind: str, what: str) -> None:
+        if what not in seen:
+            seen.add(what)
+            os.write(log_fd, f"{kind}\t{what}\n".encode("utf-8", "replace"))
+
+    def hook(event: str, args: tuple) -> None:
+        try:
+            if event == "open":
+                path = args[0]
+                if path is None or isinstance(path, int):
+                    return
+                path = os.path.abspath(os.fsdecode(path))
+                if path.startswith(resolve):
+                    path = os.path.realpath(path)
+                if path.startswith(inside) or path in exact or _own_proc(path):
+                    return
+                if path.startswith(quiet) and _from_linecache(sys._getframe(1)):
+                    return  # a traceback's source line from the judge's tests: it fails in the sandbox
+                note("opened", path)
+            elif event in ("subprocess.Popen", "os.exec", "os.posix_spawn", "os.system"):
+                note("ran", os.fsdecode(args[0]) if isinstance(args[0], (str, bytes)) else repr(args[0]))
+        except Exception:  # noqa: BLE001 - a hook that raises would fail the student's open
+            pass
+
+    sys.addaudithook(hook)
+
+
+def _own_proc(path: str) -> bool:
+    """/proc's files of this process or of none (/proc/self/..., /proc/meminfo), not another's (/proc/1/root/...)."""
+    if not path.startswith("/proc/"):
+        return False
+    first = path[6:].split("/", 1)[0]
+    return not first.isdigit() or first == str(os.getpid())
+
+
+def _from_linecache(frame) -> bool:
+    for _ in range(6):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.endswith(("linecache.py", "tokenize.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _volunteer_for_the_oom_killer() -> None:

@@ -5,7 +5,7 @@
     pytest --target PATH          grade any folder of exNN_*.py files (the instructor's grader)
     pytest --course-report F      write each test's outcome and points to F as they finish (JSON lines)
     pytest --confine F            (the grader) confine the processes that run learner code, as F says
-    pytest --test-timeouts F      (the grader) a time limit per test, JSON {nodeid: seconds}
+    pytest --test-timeouts F      (the grader, check) a time limit per test, JSON {nodeid: seconds}
 
 pyproject.toml loads it with `-p course_lib.grading.plugin`; the grader's judge loads it the same way.
 Graded tests never import the graded files: they reach them through course_lib.grading.runner.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ def pytest_addoption(parser):
                     help="what to grade: 'exercises' (default), 'solutions', or a folder of exNN_*.py files")
     group.addoption("--course-report", default=None, help="write outcomes and points to this file (JSON lines)")
     group.addoption("--confine", default=None, help="(the grader) JSON file of the confinement for learner code")
-    group.addoption("--test-timeouts", default=None, help="(the grader) JSON file of a time limit per test")
+    group.addoption("--test-timeouts", default=None, help="(the grader, check) JSON file of a time limit per test")
 
 
 def _target_folder(config) -> Path:
@@ -150,6 +151,9 @@ def pytest_collection_finish(session):
         append_record(path, {"collected": collected})
 
 
+_TIMED_OUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
+
+
 def _short(report) -> str:
     if report.passed:
         return ""
@@ -157,6 +161,9 @@ def _short(report) -> str:
         return report.longrepr[2].removeprefix("Skipped: ")
     crash = getattr(report.longrepr, "reprcrash", None)
     text = crash.message if crash is not None else str(report.longrepr)
+    stopped = _TIMED_OUT.search(str(report.longrepr))
+    if stopped and not _TIMED_OUT.search(text):  # Hypothesis wraps it: "_WrappedBaseException() [... FlakyFailure]"
+        text = f"Failed: {stopped.group(0)}"
     for prefix in ("course_lib.grading.runner.ExerciseFailed: ", "course_lib.grading.runner.ExerciseStopped: ",
                    "AssertionError: "):
         text = text.removeprefix(prefix)
@@ -179,6 +186,11 @@ def pytest_runtest_logreport(report):
         entry.duration += report.duration
 
 
+def pytest_runtest_logstart(nodeid, location):
+    if _config is not None and _config.course_report:
+        append_record(_config.course_report, {"started": nodeid})  # check() shows which test runs, and for how long
+
+
 def pytest_runtest_logfinish(nodeid, location):
     entry = _config.course_results.get(nodeid) if _config is not None else None
     if entry is not None and _config.course_report:
@@ -193,10 +205,13 @@ _config = None
 def pytest_sessionstart(session):
     global _config
     _config = session.config
-    if session.config.getoption("--confine") and not session.config.getoption("--collect-only"):
+    timed = session.config.getoption("--confine") or session.config.getoption("--test-timeouts")
+    if timed and not session.config.getoption("--collect-only"):
         from course_lib.grading.runner import warm_up_confined_ranks
 
-        warm_up_confined_ranks()  # a sandbox that cannot start fails the judge here, loudly
+        # A sandbox that cannot start fails the judge here, loudly; and no test's time limit (the grader's, or
+        # check()'s, which has the grader's) pays for starting the fork server.
+        warm_up_confined_ranks()
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -5,6 +5,7 @@ limit still leaves the tests it finished); `check`, the instructor's grader and 
 back with `read_report`.
 
     {"collected": [{"nodeid": ..., "points": 2, "not_graded": null}, ...]}   after collection
+    {"started": nodeid}                                                       before each test (check's progress)
     {"test": {"nodeid": ..., "points": 2, "outcome": "passed", ...}}         after each test
     {"exitstatus": 0}                                                         at the end
 

@@ -1,11 +1,15 @@
 """Make the student release: the course without solutions/, with fresh exercise stubs (the instructor's tool).
 
-    python -m course_lib.release OUT [--zip] [--allow-leaks]
+    python3 course.py release OUT [--zip] [--allow-leaks]      (python -m course_lib.instructor.release)
 
-Copies the course's files (those git tracks, or every file when there is no git) into OUT, leaving out
-solutions/, benchmarks/ (they time the solutions), .ci/ and build leftovers; writes exercises/ afresh from
-solutions/ (so an instructor's own attempts in exercises/ never ship); then checks that no solution block
-appears anywhere in the release (a notebook or a test that quotes the answer) and refuses if one does.
+Like nbgrader's `generate_assignment`: copies the course's files (those git tracks, or every file when there is
+no git) into OUT, leaving out what is the instructor's: solutions/ (with the wrong answers), the grader and the
+other instructor's tools (course_lib/instructor/, course_lib/grade.py, course_lib/exercises.py), the course's own
+tests (tests/course/; the graded tests tests/test_exNN_*.py ship, as `check` runs them), benchmarks/ (they time
+the solutions), docs/, .ci/ and build leftovers. Writes exercises/ afresh from solutions/ (so an instructor's own
+attempts in exercises/ never ship), and a learner's README.md (learner_README.md beside this file) in place of
+the repository's. Then checks that no solution block appears anywhere in the release (a notebook or a test that
+quotes the answer) and refuses if one does.
 """
 
 from __future__ import annotations
@@ -25,7 +29,11 @@ from course_lib.paths import ROOT
 
 __all__ = ["make_release", "solution_blocks", "find_leaks"]
 
-LEFT_OUT = {"solutions", "benchmarks", ".ci", ".git", ".venv", "exercises", "grades", "release", "build"}
+LEFT_OUT = {"solutions", "benchmarks", ".ci", ".git", ".venv", "exercises", "grades", "release", "build", "docs"}
+# The instructor's and the course developers' files below the top level: the grader, the stub maker, the
+# self-checks, and the tests of the course itself (which grade the solutions and read the repository's README).
+LEFT_OUT_PATHS = ("course_lib/instructor", "course_lib/grade.py", "course_lib/exercises.py", "tests/course")
+LEARNER_README = Path(__file__).with_name("learner_README.md")  # the release's README.md
 LEFT_OUT_SUFFIXES = (".pyc", ".egg-info")
 MIN_LEAK_CHARS = 40  # shorter blocks (one `return x`) match too much by chance
 
@@ -47,6 +55,8 @@ def _course_files(root: Path) -> list[Path]:
 
 def _released(path: Path) -> bool:
     if path.parts[0] in LEFT_OUT or any(part == "__pycache__" for part in path.parts):
+        return False
+    if path == Path("README.md") or any(path == Path(p) or Path(p) in path.parents for p in LEFT_OUT_PATHS):
         return False
     return not any(part.endswith(LEFT_OUT_SUFFIXES) for part in path.parts)
 
@@ -107,6 +117,8 @@ def find_leaks(folder: Path, blocks: list[tuple[str, str]]) -> list[str]:
 def make_release(out: Path, root: Path = ROOT, allow_leaks: bool = False) -> list[Path]:
     """Write the student release into `out` (which must not exist or be empty); return the files written."""
     out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"error: {out} is a file; choose a new folder")
     if out.exists() and any(out.iterdir()):
         raise SystemExit(f"error: {out} is not empty; choose a new folder")
     if root.resolve() in [out, *out.parents] and out.relative_to(root.resolve()).parts[0] not in LEFT_OUT:
@@ -122,6 +134,8 @@ def make_release(out: Path, root: Path = ROOT, allow_leaks: bool = False) -> lis
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(root / relative, target)
         written.append(relative)
+    (out / "README.md").write_text(LEARNER_README.read_text(encoding="utf-8"), encoding="utf-8")
+    written.append(Path("README.md"))
     (out / "exercises").mkdir(parents=True, exist_ok=True)
     for name, text in stubs.items():
         (out / "exercises" / name).write_text(text)
@@ -136,7 +150,7 @@ def make_release(out: Path, root: Path = ROOT, allow_leaks: bool = False) -> lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_lib.release", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python3 course.py release", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path, help="folder to create, e.g. ../course-2026-students")
     parser.add_argument("--zip", action="store_true", help="also write OUT.zip")
@@ -144,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     written = make_release(options.out, allow_leaks=options.allow_leaks)
     print(f"wrote the student release to {options.out.resolve()}: {len(written)} files, "
-          f"{sum(1 for p in written if p.parts[0] == 'exercises')} exercise stubs, no solutions/")
+          f"{sum(1 for p in written if p.parts[0] == 'exercises')} exercise stubs and a learner's README.md; "
+          "no solutions/, wrong answers or grader")
     if options.zip:
         archive = shutil.make_archive(str(options.out.resolve()), "zip", options.out.resolve().parent,
                                       options.out.resolve().name)

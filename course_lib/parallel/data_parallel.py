@@ -27,6 +27,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
+from course_lib.tables import plural
+
 __all__ = ["replica_devices", "parallel_apply", "DataParallelByHand", "PhaseTimer", "chunk_sizes", "step_picture"]
 
 
@@ -36,9 +38,10 @@ def replica_devices(n: int) -> tuple[list[torch.device], str]:
         raise ValueError(f"need a whole number of replicas, 1 or more, not {n!r}")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus >= n:
-        return [torch.device("cuda", i) for i in range(n)], f"{n} replicas on CUDA GPUs 0 to {n - 1}"
-    why = f"only {gpus} CUDA GPU{'s' if gpus != 1 else ''}" if gpus else "no CUDA GPU"
-    return [torch.device("cpu")] * n, f"{n} replicas on the CPU ({why}): threads stand in for GPUs"
+        on = "CUDA GPU 0" if n == 1 else f"CUDA GPUs 0 to {n - 1}"
+        return [torch.device("cuda", i) for i in range(n)], f"{plural(n, 'replica')} on {on}"
+    why = f"only {plural(gpus, 'CUDA GPU')}" if gpus else "no CUDA GPU"
+    return [torch.device("cpu")] * n, f"{plural(n, 'replica')} on the CPU ({why}): threads stand in for GPUs"
 
 
 def _first_tensor(obj: Any) -> torch.Tensor | None:
@@ -84,9 +87,9 @@ def parallel_apply(functions: Sequence[Callable[..., Any]], inputs: Sequence[Any
     An input that is not a tuple or a list is passed as the only argument.
     """
     if len(functions) != len(inputs):
-        raise ValueError(f"{len(functions)} functions but {len(inputs)} inputs")
+        raise ValueError(f"{plural(len(functions), 'function')} but {plural(len(inputs), 'input')}")
     if devices is not None and len(devices) != len(functions):
-        raise ValueError(f"{len(functions)} functions but {len(devices)} devices")
+        raise ValueError(f"{plural(len(functions), 'function')} but {plural(len(devices), 'device')}")
     grad_enabled, intra_op_threads = torch.is_grad_enabled(), torch.get_num_threads()
     autocast = _autocast_states()
     # Where an accelerator exists: each replica's device index and the caller's current stream on it, read here,
@@ -266,7 +269,7 @@ def step_picture(batch_size: int = 10, n_devices: int = 4, ax=None):
                 ax.text(d * 1.75, y, "idle", ha="center", va="center", fontsize=8, color="#888888")
                 continue
             n = sizes[d]
-            text = {0: f"{n} sample{'s' if n != 1 else ''}", 1: "params\n(shared)" if d == 0 else "params\ncopy",
+            text = {0: plural(n, "sample"), 1: "params\n(shared)" if d == 0 else "params\ncopy",
                     2: f"forward({n})", 3: "outputs\n+ loss" if d == 0 else "output", 4: f"backward({n})",
                     5: "grads summed\noptimizer.step" if d == 0 else "grads"}[row]
             ax.text(d * 1.75, y, text, ha="center", va="center", fontsize=8,
@@ -285,8 +288,9 @@ def step_picture(batch_size: int = 10, n_devices: int = 4, ax=None):
     ax.set_xlim(-3.4, (n_devices - 1) * 1.75 + 0.9)
     ax.set_ylim(-0.6, len(phases) - 0.1)
     ax.axis("off")
-    title = f"One DataParallel step: batch {batch_size} over {n_devices} device(s), chunks {sizes}"
+    title = f"One DataParallel step: batch {batch_size} over {plural(n_devices, 'device')}, chunks {sizes}"
     if used < n_devices:
-        title += f"\n{n_devices - used} device(s) idle: torch.chunk made only {used} chunk(s)"
+        # "device(s)" stays: tests/course/parallel/test_data_parallel.py looks for "1 device(s) idle"
+        title += f"\n{n_devices - used} device(s) idle: torch.chunk made only {plural(used, 'chunk')}"
     ax.set_title(title, fontsize=10)
     return ax

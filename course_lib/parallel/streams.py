@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from course_lib.tables import plural
+
 __all__ = ["Span", "copy_compute_schedule", "draw_timeline", "draw_schedules", "profiler_spans",
            "schedule_explorer"]
 
@@ -151,7 +153,7 @@ def draw_schedules(copy: float, compute: float, n_batches: int, *, unit: str = "
     plt.show()
     pace = "the copy" if copy > compute else "the compute" if compute > copy else "both (balanced)"
     saved = 1 - t_overlapped / t_serial if t_serial else 0.0
-    print(f"MODEL, {n_batches} batches of copy {copy:g} {unit} + compute {compute:g} {unit}:\n"
+    print(f"MODEL, {plural(n_batches, 'batch')} of copy {copy:g} {unit} + compute {compute:g} {unit}:\n"
           f"one after the other {t_serial:.2f} {unit}, overlapped {t_overlapped:.2f} {unit} ({saved:.0%} less); "
           f"the slower engine sets the pace: {pace}")
     return t_serial, t_overlapped

@@ -1,19 +1,30 @@
 """Run notebooks in a real JupyterLab, in headless Chromium driven by Playwright, and say what a learner would see.
 
+    root = copy_course(tmp / "course")
     with jupyter_lab(root) as lab, chromium() as browser:
         run = run_notebook_in_browser(lab, browser, "notebooks/00_welcome.ipynb", "build/screenshots/00.png")
         assert not run.problems(), run.report()
 
-`jupyter_lab` starts a server on a free port with a token, from this Python's environment (its lab extensions
-and kernel), and keeps every folder Jupyter would write (config, data, runtime, settings, workspaces, IPython,
-matplotlib) inside a temporary folder; news and update checks are off, and notebooks are not windowed, so every
-cell is in the page. On exit it shuts every kernel down and kills whatever is left below the server.
+`jupyter_lab` serves a course the way `python3 course.py lab` does: its root is the course's folder (so the file
+browser shows exercises/ beside notebooks/), and the server's start page opens notebooks/00_welcome.ipynb
+(`Lab.start_url`). `copy_course` makes the folder: a learner's copy of this checkout (course_lib, exercises,
+notebooks, tests, pyproject.toml). Kernels import the served folder's own course_lib, so `paths.ROOT` there is
+the copy and `check("exNN")` grades the copy's exercises/: a test may edit them, the checkout is never touched.
+The server runs from this Python's environment (its lab extensions and kernel) on a free port with a token, and
+keeps every folder Jupyter would write (config, data, runtime, settings, workspaces, IPython, matplotlib) inside
+a temporary folder; news and update checks are off, and notebooks are not windowed, so every cell is in the
+page. On exit it shuts every kernel down and kills whatever is left below the server.
 
 `run_notebook_in_browser` opens one notebook in a fresh browser context, clicks Run > Run All Cells, waits until
 every cell has run (or a timeout, or a cell waiting for input(), or a dead kernel), saves the notebook, and
 returns a `NotebookRun`: what the page showed cell by cell (errors, stderr, widgets rendered or not, progress
 bars, text that wraps, the check table) plus each cell's seconds from the saved notebook; and a screenshot of
 the whole notebook.
+
+What a learner does by hand, step by step (tests/course/browser/test_exercise_in_browser.py):
+`open_from_file_browser` clicks through the file browser from its root, `replace_editor_text` and `save_editor`
+edit a file in JupyterLab's editor (CodeMirror 6), `run_cell` runs one notebook cell, `check_points` reads the
+points from its check table.
 
 Used by tests/course/browser/. Needs the Python package playwright, not Playwright's own browsers: Debian's
 chromium is used (`python3 course.py test` installs both). Nothing here imports pytest.
@@ -47,6 +58,12 @@ CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "chromium", "chromium-brows
 # /usr/lib/chromium is launched directly. Without the networking flags Chromium tries to reach Google's services.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
                  "--disable-background-networking", "--disable-component-update", "--disable-dev-shm-usage"]
+
+CHECKOUT = Path(__file__).resolve().parents[2]   # the course's repository, where this file lies
+# A learner's course folder, as copy_course makes it: what the kernels and check() need, nothing of the instructor's
+# (solutions/) and no environment (.venv).
+COURSE_PARTS = ("course_lib", "exercises", "notebooks", "tests", "pyproject.toml")
+FIRST_NOTEBOOK = "notebooks/00_welcome.ipynb"    # what `python3 course.py lab` opens, and Lab.start_url with it
 
 LAB_SETTINGS = {  # JupyterLab user settings, written into the temporary settings folder
     # No "receive official Jupyter news?" toast, no update check: both would reach the internet.
@@ -85,6 +102,11 @@ class Lab:
     home: Path          # the temporary folder with config, data, runtime... and lab.log
     log: Path
 
+    @property
+    def start_url(self) -> str:
+        """The server's own start page, token included: it redirects to FIRST_NOTEBOOK, as `course.py lab` does."""
+        return f"{self.url}?token={self.token}"
+
     def lab_url(self, notebook: str) -> str:
         """The URL that opens `notebook` in a fresh workspace, token included."""
         return f"{self.url}lab/tree/{urllib.parse.quote(notebook)}?reset&token={self.token}"
@@ -110,13 +132,34 @@ class Lab:
         return ""
 
 
-def lab_environment(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+def copy_course(destination: str | os.PathLike, source: str | os.PathLike = CHECKOUT) -> Path:
+    """A learner's copy of the course at `destination` (made; it must not exist): COURSE_PARTS of `source`, without
+    bytecode. Served by `jupyter_lab`, its kernels run the copy's own course_lib, so `check` grades the copy."""
+    destination, source = Path(destination), Path(source)
+    destination.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ipynb_checkpoints")
+    for part in COURSE_PARTS:
+        if (source / part).is_dir():
+            shutil.copytree(source / part, destination / part, ignore=ignore)
+        else:
+            shutil.copy2(source / part, destination / part)
+    return destination
+
+
+def course_library(root: Path) -> Path:
+    """The folder whose course_lib the kernels of a server on `root` import: `root` itself where it holds a
+    course_lib (a course copy: its paths.ROOT is then the copy), otherwise this checkout."""
+    return root if (root / "course_lib" / "__init__.py").is_file() else CHECKOUT
+
+
+def lab_environment(home: Path, extra: dict[str, str] | None = None, library: Path = CHECKOUT) -> dict[str, str]:
     """The environment of a JupyterLab whose writable Jupyter folders all lie in `home`, and of its kernels:
-    COURSE_QUICK=1, no bytecode written into the checkout, this checkout's course_lib first on the path."""
+    COURSE_QUICK=1, no bytecode written, `library`'s course_lib first on the path (before the editable install of
+    the checkout), and no COURSE_TARGET from a pytest around us (check() in a kernel grades its course's exercises)."""
     env = dict(os.environ)
-    for name in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTER_TOKEN", "JUPYTER_PORT", "JUPYTER_PREFER_ENV_PATH"):
+    for name in ("JUPYTER_PATH", "JUPYTER_CONFIG_PATH", "JUPYTER_TOKEN", "JUPYTER_PORT", "JUPYTER_PREFER_ENV_PATH",
+                 "COURSE_TARGET"):
         env.pop(name, None)
-    checkout = str(Path(__file__).resolve().parents[2])
     env.update({
         "JUPYTER_CONFIG_DIR": str(home / "config"),
         "JUPYTER_DATA_DIR": str(home / "data"),
@@ -126,7 +169,7 @@ def lab_environment(home: Path, extra: dict[str, str] | None = None) -> dict[str
         "IPYTHONDIR": str(home / "ipython"),
         "MPLCONFIGDIR": str(home / "matplotlib"),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "PYTHONPATH": os.pathsep.join([str(library), *filter(None, [os.environ.get("PYTHONPATH")])]),
         QUICK_VARIABLE: "1",
         **(extra or {}),
     })
@@ -135,10 +178,15 @@ def lab_environment(home: Path, extra: dict[str, str] | None = None) -> dict[str
 
 @contextlib.contextmanager
 def jupyter_lab(root_dir: str | os.PathLike, home: str | os.PathLike | None = None,
-                python: str | os.PathLike = sys.executable, start_timeout: float = 180) -> Iterator[Lab]:
-    """Start JupyterLab on `root_dir` with `python`; stop it, its kernels and everything below it on exit.
+                python: str | os.PathLike = sys.executable, start_timeout: float = 180,
+                env: dict[str, str] | None = None) -> Iterator[Lab]:
+    """Start JupyterLab on `root_dir` with `python`, as `course.py lab` does; stop it, its kernels and everything
+    below it on exit.
 
-    `home` (default: a temporary folder, removed afterwards) receives Jupyter's folders and the log lab.log.
+    `root_dir` is a course's folder (copy_course): the root of the file browser, with the notebooks at
+    notebooks/NN_topic.ipynb; the start page opens FIRST_NOTEBOOK where it exists. Kernels import `root_dir`'s own
+    course_lib where it has one (course_library). `home` (default: a temporary folder, removed afterwards)
+    receives Jupyter's folders and the log lab.log; `env` is added to the server's and the kernels' environment.
     Raises LabError if the server does not serve within `start_timeout` s, or leaves a process behind.
     """
     own_home = home is None
@@ -158,10 +206,13 @@ def jupyter_lab(root_dir: str | os.PathLike, home: str | os.PathLike | None = No
         "IdentityProvider": {"token": token},
         "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
     }
+    if (root / FIRST_NOTEBOOK).is_file():
+        config["LabApp"]["default_url"] = f"/lab/tree/{FIRST_NOTEBOOK}"
     (home / "config" / "jupyter_server_config.json").write_text(json.dumps(config, indent=2))
     log = home / "lab.log"
     with open(log, "wb") as log_file:
-        process = subprocess.Popen([str(python), "-m", "jupyter", "lab"], cwd=root, env=lab_environment(home),
+        process = subprocess.Popen([str(python), "-m", "jupyter", "lab"], cwd=root,
+                                   env=lab_environment(home, env, course_library(root)),
                                    stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     lab = None
@@ -408,7 +459,7 @@ def run_notebook_in_browser(lab: Lab, browser, notebook: str, screenshot: str | 
 
     try:
         page.goto(lab.lab_url(notebook), wait_until="domcontentloaded", timeout=open_timeout * 1000)
-        _wait_for_idle_kernel(page, open_timeout, notebook)
+        wait_for_idle_kernel(page, open_timeout, notebook)
         _fold_left_sidebar(page)
         phase("open")
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -472,7 +523,8 @@ def _has_run(prompt: str) -> bool:
     return re.search(r"\[\d+\]", prompt) is not None
 
 
-def _wait_for_idle_kernel(page, timeout: float, notebook: str) -> None:
+def wait_for_idle_kernel(page, timeout: float, notebook: str) -> None:
+    """Wait until the page shows `notebook`'s cells and an idle kernel; LabError on a dialog or at `timeout` s."""
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=timeout * 1000)
     deadline, state = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
@@ -702,3 +754,126 @@ def move_slider(page, cell: int, presses: int = 3, timeout: float = 30) -> tuple
         after = outputs.inner_text()
     time.sleep(0.5)
     return before, outputs.inner_text()
+
+
+# ------------------------------------------------------------------------------------ what a learner does by hand
+
+
+@dataclass
+class CheckTable:
+    """The points a check cell's table showed: its heading ("ex00: 0 / 7 points"), its rows, and the points
+    column added up."""
+
+    summary: str
+    rows: list[list[str]]
+    earned: float
+    possible: float
+
+
+_NOTEBOOK = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+_POINTS = re.compile(r"(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
+
+
+def current_tab(page) -> str:
+    """The label of the main area's current tab, e.g. "ex00_warmup.py"."""
+    return page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabLabel").first.inner_text()
+
+
+def switch_to_tab(page, label: str, timeout: float = 30) -> None:
+    """Click the main area's tab labelled `label` and wait until it is the current one."""
+    tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab",
+                       has=page.locator(".lm-TabBar-tabLabel", has_text=re.compile(f"^{re.escape(label)}$")))
+    tab.click(timeout=timeout * 1000)
+    page.wait_for_selector(f".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:has-text('{label}')",
+                           timeout=timeout * 1000)
+
+
+def open_from_file_browser(page, path: str, timeout: float = 60) -> None:
+    """Open `path` ("exercises/ex00_warmup.py", relative to the server's root) as a learner does: show the file
+    browser (the folder icon on the left), click the root of its breadcrumbs (the folder icon above the list),
+    then double-click each folder and the file in turn; return once the file's tab is the current one."""
+    ms = timeout * 1000
+    tab = page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[data-id='filebrowser']")
+    if "lm-mod-current" not in (tab.get_attribute("class", timeout=ms) or ""):
+        tab.click(timeout=ms)
+    panel = page.locator("#filebrowser")
+    crumbs = panel.locator(".jp-BreadCrumbs").element_handle(timeout=ms)
+
+    def wait_for_folder(folder: str) -> None:   # the breadcrumbs name the folder once its listing is in
+        page.wait_for_function("""([crumbs, folder]) => {
+            const items = crumbs.querySelectorAll('.jp-BreadCrumbs-item');
+            return (items.length ? items[items.length - 1].dataset.path : '') === folder;
+        }""", arg=[crumbs, folder], timeout=ms)
+
+    panel.locator(".jp-BreadCrumbs-home").click(timeout=ms)
+    wait_for_folder("")
+    *folders, name = path.split("/")
+    for depth, part in enumerate([*folders, name]):
+        item = panel.locator(".jp-DirListing-item",
+                             has=page.locator(".jp-DirListing-itemText", has_text=re.compile(f"^{re.escape(part)}$")))
+        item.dblclick(timeout=ms)
+        if depth < len(folders):
+            wait_for_folder("/".join(folders[:depth + 1]))
+    page.wait_for_selector(f".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:has-text('{name}')", timeout=ms)
+
+
+def replace_editor_text(page, text: str, timeout: float = 30) -> None:
+    """In the current file editor (CodeMirror 6): click into the text, select all (Ctrl+A) and put `text` in its
+    place as one input, as a paste would (typing key by key would trip the editor's auto-indent)."""
+    content = page.locator(".jp-FileEditor:visible .cm-content")
+    content.click(timeout=timeout * 1000)
+    page.keyboard.press("Control+a")
+    page.keyboard.insert_text(text)
+
+
+def save_editor(page, path: Path, timeout: float = 30) -> str:
+    """Ctrl+S in the current editor; wait until its tab no longer shows unsaved changes and `path` on disk changed;
+    the file's text then (LabError if that does not happen within `timeout` s)."""
+    before = path.stat().st_mtime_ns
+    page.locator(".jp-FileEditor:visible .cm-content").click()
+    page.keyboard.press("Control+s")
+    page.wait_for_selector(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current:not(.jp-mod-dirty)",
+                           timeout=timeout * 1000)
+    deadline = time.monotonic() + timeout
+    while path.stat().st_mtime_ns == before:
+        if time.monotonic() > deadline:
+            raise LabError(f"{path.name} was not saved within {timeout:g} s")
+        time.sleep(0.1)
+    return path.read_text()
+
+
+def run_cell(page, cell: int, timeout: float = 300) -> str:
+    """Click into notebook cell `cell` (nbformat's index) and press Shift+Enter; wait until its prompt shows a new
+    execution count ([*] -> [n]). The prompt it ended with."""
+    box = page.locator(f"{_NOTEBOOK} .jp-Notebook .jp-Cell").nth(cell)
+    prompt = box.locator(".jp-InputArea-prompt")
+    before = prompt.inner_text().strip()
+    box.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    page.wait_for_function(r"""([prompt, before]) => {
+        const now = prompt.innerText.trim();
+        return /\[\d+\]/.test(now) && now !== before;
+    }""", arg=[prompt.element_handle(), before], timeout=timeout * 1000, polling=250)
+    return prompt.inner_text().strip()
+
+
+def check_points(page, cell: int) -> CheckTable:
+    """What notebook cell `cell`'s check table shows: its bold heading, its rows (header first), the points
+    column ("earned / possible" per row) added up. LabError, with the cell's output, where there is no table."""
+    box = page.locator(f"{_NOTEBOOK} .jp-Notebook .jp-Cell").nth(cell)
+    found = box.evaluate(r"""cell => {
+        const output = [...cell.querySelectorAll('.jp-OutputArea-output')].find(o => o.querySelector('table'));
+        if (!output) return {text: cell.querySelector('.jp-Cell-outputArea')?.innerText || ''};
+        return {summary: (output.querySelector('b') || {innerText: ''}).innerText.trim(),
+                rows: [...output.querySelectorAll('table tr')].map(r => [...r.children].map(c => c.innerText.trim()))};
+    }""")
+    if "rows" not in found:
+        raise LabError(f"cell {cell} shows no check table; its output: {_short(found['text'], 1500)}")
+    header, *rows = found["rows"]
+    column = header.index("points")
+    earned = possible = 0.0
+    for row in rows:
+        match = _POINTS.fullmatch(row[column]) if len(row) > column else None
+        if match:      # "–" for a test not graded here
+            earned, possible = earned + float(match[1]), possible + float(match[2])
+    return CheckTable(found["summary"], found["rows"], earned, possible)

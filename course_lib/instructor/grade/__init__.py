@@ -1,12 +1,15 @@
 """Grade a whole class: one row per student, safely and in bounded time (the instructor's tool).
 
-    python -m course_lib.grade SUBMISSIONS --out OUT [--jobs N] [--timeout SECONDS]
-                               [--test-timeout SECONDS] [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex01]
-                               [--memory-gb 4] [--address-space-gb 6] [--no-calibration] ... (see --help)
+    python3 course.py grade SUBMISSIONS --out OUT [--jobs N] [--timeout SECONDS]      (python -m course_lib.grade)
+                            [--test-timeout SECONDS] [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex01]
+                            [--memory-gb 4] [--address-space-gb 6] [--no-calibration] ... (see --help)
 
 Each entry of SUBMISSIONS (a folder or a .zip) is one student's copy of exercises/, or of a whole
-course folder that contains one. Writes OUT/grades.csv (one row per student), and for each student
+course folder that contains one. Writes OUT/grades.csv (one row per student: points per exercise, the
+isolation that graded it, files opened outside the allow-list), OUT/summary.md and OUT/summary.csv (the
+class: statuses, points per exercise, each test's pass rate), and for each student
 OUT/<student>/results.json (Gradescope's schema), OUT/<student>/feedback.md and OUT/<student>/grading.log.
+Without bubblewrap it refuses to grade unless given --allow-weak-isolation.
 
 How a student is graded (what is bounded where: the README's instructor section):
 
@@ -18,8 +21,9 @@ How a student is graded (what is bounded where: the README's instructor section)
   the student's sandbox (bubblewrap): an allow-list of the filesystem (Python, its packages, the
   course library, the scratch folder, a private /tmp), no network but loopback, its own pids, and,
   as root, a user of its own. The judge, its report, the tests and every other file of the machine
-  are not there. Without bubblewrap the judge runs in a mount namespace that hides only the known
-  secrets, and the grader says so.
+  are not there. Without bubblewrap (and --allow-weak-isolation) the judge runs in a mount namespace
+  that hides only the known secrets, and the grader says so. Either way an audit hook in every student
+  process records the files it opens outside the allow-list, for summary.md.
 * Memory: all of a student's processes together (a memory cgroup, or a watchdog), and each process's
   address space where there is no CUDA. Results cross only as plain data (torch.load(weights_only=True));
   the judge writes its verdicts to a report only the grader reads, line by line, so a judge killed at

@@ -25,6 +25,9 @@ from pathlib import Path
 # A folder shown to student code must not contain any of these, a few levels down: binding a whole course
 # checkout (an editable install can put one on sys.path) would show its solutions and its git history.
 FORBIDDEN_MARKERS = ("solutions", ".git", "tests/hidden")
+SYSTEM_FOLDERS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # besides /usr: merged-/usr links or folders
+SYSTEM_ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime", "host.conf", "gai.conf",
+              "alternatives")  # the files of /etc that libc and Python read
 
 
 def _collapse(paths) -> list[Path]:
@@ -92,14 +95,13 @@ def check_allow_list(paths: list[Path], secrets: list[Path] = (), depth: int = 3
 def _system_binds() -> list[str]:
     """/usr and its merged-/usr links, read-only; the few files of /etc that libc and Python read."""
     args = ["--ro-bind", "/usr", "/usr"]
-    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+    for name in SYSTEM_FOLDERS:
         path = Path("/") / name
         if path.is_symlink():
             args += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             args += ["--ro-bind", str(path), str(path)]
-    for name in ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "nsswitch.conf", "localtime", "host.conf", "gai.conf",
-                 "alternatives"):
+    for name in SYSTEM_ETC:
         if (Path("/etc") / name).exists():
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     return args
@@ -161,6 +163,28 @@ def bwrap_argv(spec: SandboxSpec, *, root: bool, bwrap: str = "bwrap") -> list[s
     for target, link in links:
         args += ["--symlink", target, link]
     return args + ["--"]
+
+
+def readable_paths(spec: SandboxSpec, private_tmp: bool) -> list[str]:
+    """What student code may open: what `bwrap_argv(spec)` shows (and /sys, /dev whole), for the audit hook that
+    records every other file it opens (Confinement.read_allowed). `private_tmp`: /tmp is the sandbox's own."""
+    paths = ["/usr", *(f"/{name}" for name in SYSTEM_FOLDERS), "/dev", "/sys",
+             *(f"/etc/{name}" for name in (*SYSTEM_ETC, "hosts", "passwd", "group"))]
+    if private_tmp:
+        paths.append("/tmp")
+    if spec.python:
+        shown = python_paths()
+        paths += [str(p) for p in shown]
+        # Python names its folders as they were given (a venv's link, say): those names too, where they lead in.
+        raw = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, *site.getsitepackages(),
+               *(p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages"))]
+        for name in raw:
+            real = Path(name).resolve()
+            if any(real == folder or folder in real.parents for folder in shown):
+                paths.append(os.path.abspath(name))
+    for folder in [*spec.read_only, *spec.writable]:
+        paths += [os.path.abspath(folder), str(Path(folder).resolve())]
+    return list(dict.fromkeys(paths))
 
 
 def write_sandbox_etc(folder: Path, uid: int | None) -> Path:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.instructor.grade.judge import build_judge, collect_expected
-from course_lib.instructor.grade.report import Result, write_gradebook
-from course_lib.instructor.grade.sandbox import default_rlimit_as_gb, detect_isolation, gpu_present
+from course_lib.instructor.grade.report import Result, write_gradebook, write_summary
+from course_lib.instructor.grade.sandbox import (Isolation, default_rlimit_as_gb, detect_isolation, gpu_present,
+                                                refuse_weak_isolation)
 from course_lib.instructor.grade.student import Settings, grade_one, stop_all
 from course_lib.instructor.grade.submissions import find_submissions
 from course_lib.instructor.grade.time_limits import calibrate
@@ -37,6 +38,7 @@ class GradeOptions:
     max_processes: int = 256
     gpu_memory_fraction: float | None = None  # of each GPU per process; None: 0.9 / jobs where there are GPUs
     isolation: str = "auto"  # auto, bwrap, unshare or none
+    allow_weak_isolation: bool = False  # grade without bubblewrap (unshare or none); refused otherwise
     memory_limiter: str = "auto"  # auto, cgroup or watchdog
     calibrate: bool = True
     time_factor: float = 4.0
@@ -45,8 +47,7 @@ class GradeOptions:
     progress: bool = True
 
 
-def _settings(out: Path, work: Path, submissions: Path, o: GradeOptions) -> Settings:
-    isolation = detect_isolation(o.isolation, o.memory_limiter)
+def _settings(out: Path, work: Path, submissions: Path, o: GradeOptions, isolation: Isolation) -> Settings:
     rlimit_gb = default_rlimit_as_gb() if o.address_space_gb is None else o.address_space_gb
     gpu_fraction = (round(0.9 / o.jobs, 3) if gpu_present() else 0.0) if o.gpu_memory_fraction is None \
         else o.gpu_memory_fraction
@@ -76,13 +77,16 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
     o = options or GradeOptions()
     submissions, out = submissions.resolve(), out.resolve()
     o.hidden = o.hidden.resolve() if o.hidden else None
+    isolation = detect_isolation(o.isolation, o.memory_limiter)
+    if isolation.mode != "bwrap" and not o.allow_weak_isolation:
+        raise SystemExit(refuse_weak_isolation(isolation, o.isolation))
     entries = [(name, path) for name, path in find_submissions(submissions) if path.resolve() != out]
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="course-grade-"))
     os.chmod(work, 0o711)
     claim = None
     try:
-        s = _settings(out, work, submissions, o)
+        s = _settings(out, work, submissions, o, isolation)
         claim = UidClaim(o.jobs) if s.isolation.users else None
         uids = claim.uids if claim is not None else [None] * o.jobs
         if claim is not None:
@@ -104,6 +108,7 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
               flush=True)
         results = _grade_all(entries, s, uids, o.progress)
         write_gradebook(results, s.judge.expected, out / "grades.csv")
+        write_summary(results, s.judge.expected, out)
         return sorted(results, key=lambda r: r.student.lower())
     finally:
         if claim is not None:
@@ -121,7 +126,8 @@ def _grade_all(entries: list[tuple[str, Path]], s: Settings, uids: list[int | No
         try:
             return grade_one(name, entry, index, uid, s)
         except Exception as error:  # noqa: BLE001 - a bug here must cost one row, never the class
-            return Result(name, "grader error", f"{type(error).__name__}: {error}", [], 0.0)
+            return Result(name, "grader error", f"{type(error).__name__}: {error}", [], 0.0,
+                          isolation=s.isolation.mode)
         finally:
             free.put(uid)
 

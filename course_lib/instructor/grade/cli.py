@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from course_lib.grading import time_rule
 from course_lib.instructor.grade.classroom import GradeOptions, grade_class
 from course_lib.instructor.grade.report import STATUSES
 
@@ -19,13 +20,13 @@ def _usage() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m course_lib.grade", description=_usage(),
+    parser = argparse.ArgumentParser(prog="python3 course.py grade", description=_usage(),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", type=Path, help="folder with one folder or .zip per student")
     parser.add_argument("--out", type=Path, required=True, help="where grades.csv and each student's results go")
     parser.add_argument("--jobs", type=int, default=1, help="students graded at once (default 1)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one student's whole run (default 900)")
-    parser.add_argument("--test-timeout", type=float, default=120.0,
+    parser.add_argument("--test-timeout", type=float, default=time_rule.CEILING,
                         help="seconds for a test: the most a calibrated limit may be, and every test's limit "
                              "without calibration (default 120)")
     parser.add_argument("--tests", type=Path, default=None, help="folder of hidden tests (test_exNN_*.py), graded as hidden")
@@ -44,13 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--isolation", choices=["auto", "bwrap", "unshare", "none"], default="auto",
                         help="auto (default): bubblewrap's allow-list where it works, else the unshare fallback "
                              "(hides only the known secrets); the others force one, to compare")
+    parser.add_argument("--allow-weak-isolation", action="store_true",
+                        help="grade even without bubblewrap (--isolation unshare or none, or auto falling back to "
+                             "them), where student code can read other copies of the course; refused otherwise")
     parser.add_argument("--memory-limiter", choices=["auto", "cgroup", "watchdog"], default="auto",
                         help="how --memory-gb is enforced (default: a cgroup where possible, else the watchdog)")
     parser.add_argument("--no-calibration", action="store_true",
                         help="no reference run: every test gets --test-timeout")
-    parser.add_argument("--time-factor", type=float, default=4.0,
+    parser.add_argument("--time-factor", type=float, default=time_rule.FACTOR,
                         help="a test's limit is this many times the reference solution's time (default 4)")
-    parser.add_argument("--time-floor", type=float, default=5.0, help="... and at least this many seconds (default 5)")
+    parser.add_argument("--time-floor", type=float, default=time_rule.FLOOR, help="... and at least this many seconds (default 5)")
     parser.add_argument("--recalibrate", action="store_true", help="grade the reference again, not from the cache")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
@@ -78,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             jobs=options.jobs, timeout=options.timeout, test_timeout=options.test_timeout, hidden=options.tests,
             exercises=exercises, memory_gb=options.memory_gb, address_space_gb=options.address_space_gb,
             max_processes=options.max_processes, gpu_memory_fraction=options.gpu_memory_fraction,
-            isolation=options.isolation, memory_limiter=options.memory_limiter,
+            isolation=options.isolation, allow_weak_isolation=options.allow_weak_isolation,
+            memory_limiter=options.memory_limiter,
             calibrate=not options.no_calibration, time_factor=options.time_factor, time_floor=options.time_floor,
             use_cache=not options.recalibrate, progress=not options.no_progress))
     except KeyboardInterrupt:
@@ -87,10 +92,14 @@ def main(argv: list[str] | None = None) -> int:
     counts = {status: sum(r.status == status for r in results) for status in STATUSES}
     print(f"graded {len(results)} students in {time.monotonic() - started:.1f} s: "
           + ", ".join(f"{n} {status}" for status, n in counts.items() if n)
-          + f"\ngradebook: {options.out / 'grades.csv'}")
+          + f"\ngradebook: {options.out / 'grades.csv'}; the class at a glance: {options.out / 'summary.md'}")
     for r in results:
         if r.status != "ok":
             print(f"  {r.student}: {r.status}: {r.detail.splitlines()[0] if r.detail else ''}")
+    for r in results:
+        if r.outside:
+            print(f"  {r.student}: FLAGGED ({r.isolation}): its code opened {len(r.outside)} file(s) outside what it may "
+                  f"read, or ran programs, e.g. {r.outside[0]} (all in summary.md)")
     return 1 if counts["grader error"] else 0
 
 

@@ -132,6 +132,20 @@ def detect_isolation(requested: str = "auto", memory: str = "auto") -> Isolation
                      cgroup=cgroup if chosen == "cgroup" else None, problems=problems)
 
 
+def refuse_weak_isolation(isolation: Isolation, requested: str) -> str:
+    """Why the grader will not grade without bubblewrap unless told to (--allow-weak-isolation), and how to fix it."""
+    why = next((p for p in isolation.problems if "bubblewrap" in p), "bubblewrap is not used")
+    why = why.split(": ", 1)[1] if why.startswith("--isolation") else why  # the message names the option once
+    asked = f"--isolation {requested}" + (f" (it fell back to {isolation.mode})" if requested == "auto" else "")
+    return (f"error: {asked}: refusing to grade without bubblewrap's sandbox. {why}.\n"
+            "Without it, student code can read any other copy of the course on this machine (a second checkout, a "
+            "backup, a copy in /tmp) and reach the network, and a submission that copies the solutions gets full "
+            "marks.\nInstall it (Debian/Ubuntu: apt-get install bubblewrap) and grade again, or pass "
+            "--allow-weak-isolation to grade with the weaker isolation anyway: every row of grades.csv then says "
+            "which isolation graded it, and OUT/summary.md lists the files student code opened outside what it may "
+            "read.")
+
+
 def default_rlimit_as_gb() -> float:
     """6 GiB of address space per student process (importing torch takes 3.3), or none where CUDA is present."""
     return 0.0 if os.path.exists("/dev/nvidiactl") else 6.0

@@ -7,12 +7,13 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib.grading.confinement import Confinement
 from course_lib.grading.results import Report, TestOutcome, read_report
-from course_lib.instructor.grade.bwrap import SandboxSpec, bwrap_argv, write_sandbox_etc, write_sandboxed_python
+from course_lib.instructor.grade.bwrap import (SandboxSpec, bwrap_argv, readable_paths, write_sandbox_etc,
+                                               write_sandboxed_python)
 from course_lib.instructor.grade.judge import Judge, classify, judge_command, judge_env, merge
 from course_lib.instructor.grade.memory_cgroup import StudentCgroup
 from course_lib.instructor.grade.mount_namespace import namespace_prefix
@@ -53,6 +54,7 @@ class JudgeRun:
     log: Path
     seconds: float
     memory_peak_bytes: int = 0  # from the memory cgroup, where there is one
+    outside: list[str] = field(default_factory=list)  # what student code opened (or ran) outside its allow-list
 
 
 _running: dict[int, tuple[subprocess.Popen, int | None]] = {}  # judges now running: stopped if the grader is
@@ -96,10 +98,13 @@ def _confinement(home: Path, scratch: Path, uid: int | None, cgroup: StudentCgro
                  s: Settings) -> Confinement:
     """The student's sandbox and limits, as the judge's ranks will apply them."""
     argv = []
+    watch = _watch_folder(home)
+    spec = SandboxSpec(read_only=[ROOT / "course_lib"], writable=[scratch], secrets=s.hide)
     if s.isolation.mode == "bwrap":
-        spec = SandboxSpec(read_only=[ROOT / "course_lib"], writable=[scratch],
-                           etc_folder=write_sandbox_etc(home / "etc", uid), secrets=s.hide)
-        argv = bwrap_argv(spec, root=s.isolation.root, bwrap=s.isolation.bwrap)
+        spec.etc_folder = write_sandbox_etc(home / "etc", uid)
+        # The log of files opened outside the allow-list: the rank opens it before it becomes the student's user.
+        argv = bwrap_argv(SandboxSpec(read_only=spec.read_only, writable=[scratch, watch], etc_folder=spec.etc_folder,
+                                      secrets=s.hide), root=s.isolation.root, bwrap=s.isolation.bwrap)
     executable = None
     if argv or cgroup is not None:
         executable = str(write_sandboxed_python(home / "judge" / "sandboxed-python", argv,
@@ -109,7 +114,37 @@ def _confinement(home: Path, scratch: Path, uid: int | None, cgroup: StudentCgro
         file_bytes=MAX_WRITTEN_FILE, cwd=str(scratch), uid=uid, gid=uid, fork_server_executable=executable,
         memory_limit_bytes=s.memory_bytes, memory_cgroup=str(cgroup.memory) if cgroup is not None else None,
         memory_cgroup_version=cgroup.version if cgroup is not None else 1,
-        memory_watchdog=s.isolation.memory == "watchdog", gpu_memory_fraction=s.gpu_memory_fraction)
+        memory_watchdog=s.isolation.memory == "watchdog", gpu_memory_fraction=s.gpu_memory_fraction,
+        read_allowed=readable_paths(spec, private_tmp=s.isolation.mode == "bwrap") + _package_metadata(),
+        read_log=str(watch / READ_LOG),
+        traceback_sources=[str(s.judge.folder)])
+
+
+READ_LOG = "outside.log"
+
+
+def _package_metadata() -> list[str]:
+    """The course's own package metadata beside it (an editable install's), which importlib.metadata reads when
+    a library looks up entry points: nothing of the solutions, so not flagged where the fallback shows it."""
+    return [str(p) for pattern in ("*.egg-info", "*.dist-info") for p in ROOT.glob(pattern) if p.is_dir()]
+
+
+def _watch_folder(home: Path) -> Path:
+    """A folder only the grader's user can enter, with the empty log the ranks append to (Confinement.read_log)."""
+    folder = home / "watch"
+    folder.mkdir(mode=0o700)
+    (folder / READ_LOG).touch(mode=0o600)
+    return folder
+
+
+def read_outside_log(path: Path, limit: int = 200) -> list[str]:
+    """The distinct lines of a student's log of files opened outside the allow-list ('opened PATH', 'ran PROGRAM')."""
+    try:
+        text = path.read_bytes()[:2**20].decode("utf-8", "replace")
+    except OSError:
+        return []
+    lines = [" ".join(line.split("\t", 1)) for line in text.splitlines() if line.strip()]
+    return list(dict.fromkeys(lines))[:limit]
 
 
 def run_judge(name: str, files: dict[str, bytes], slot: int, uid: int | None, s: Settings) -> JudgeRun:
@@ -135,10 +170,11 @@ def run_judge(name: str, files: dict[str, bytes], slot: int, uid: int | None, s:
         if cgroup is not None:
             cgroup.remove()
     report = read_report(report_path)
+    outside = read_outside_log(home / "watch" / READ_LOG)
     log = s.work / f"{home.name}.log"
     shutil.move(log_path, log)  # the student's folder goes; the log stays for the instructor
     shutil.rmtree(home, ignore_errors=True)
-    return JudgeRun(returncode, report, log, time.monotonic() - started, peak)
+    return JudgeRun(returncode, report, log, time.monotonic() - started, peak, outside)
 
 
 def _run(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: int | None) -> int | None:
@@ -163,7 +199,8 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
     try:
         files, found_in = collect_exercise_files(entry)
     except (SubmissionError, OSError) as error:
-        result = Result(name, "grader error", f"could not read the submission: {error}", [], time.monotonic() - started)
+        result = Result(name, "grader error", f"could not read the submission: {error}", [], time.monotonic() - started,
+                        isolation=s.isolation.mode)
         _write_student(result, s.out / name, None)
         return result
     run = run_judge(name, files, slot, uid, s)
@@ -174,7 +211,8 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
     tests = merge(s.judge.expected, finished, status) if status != "grader error" or finished else []
     if not files:
         detail = (detail + "; " if detail else "") + "no exNN_*.py files found in the submission"
-    result = Result(name, status, detail, _say_time_limits(tests, s), time.monotonic() - started, found_in)
+    result = Result(name, status, detail, _say_time_limits(tests, s), time.monotonic() - started, found_in,
+                    isolation=s.isolation.mode, outside=run.outside)
     _write_student(result, s.out / name, run.log)
     run.log.unlink(missing_ok=True)
     return result

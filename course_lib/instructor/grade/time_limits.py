@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from course_lib.grading.time_rule import calibrated_limits  # noqa: F401 (the rule, shared with check)
 from course_lib.instructor.grade.student import Settings, run_judge
 from course_lib.paths import ROOT, SOLUTIONS
 
@@ -50,9 +51,6 @@ class TimeLimits:
         path.write_text(json.dumps(asdict(self), indent=1))
 
 
-def calibrated_limits(durations: dict[str, float], factor: float, floor: float, ceiling: float) -> dict[str, float]:
-    """nodeid -> seconds: `factor` times the reference's duration, at least `floor`, at most `ceiling`."""
-    return {nodeid: round(min(max(floor, factor * seconds), ceiling), 1) for nodeid, seconds in durations.items()}
 
 
 def cache_key(s: Settings) -> str:

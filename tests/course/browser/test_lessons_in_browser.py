@@ -4,8 +4,10 @@
     python3 course.py test -m "not browser"    everything but these
 
 One JupyterLab server (from this environment, on a free port, with its Jupyter folders in a temporary folder)
-and one Chromium serve every test here. Each lesson (notebooks/NN_*.ipynb, found by a glob) is copied, opened,
-run with Run > Run All Cells, saved, looked at cell by cell and photographed:
+and one Chromium serve every test here. The server serves a copy of the course as `python3 course.py lab` serves
+the course (browser_lab.copy_course: its root is the course's folder, its kernels run the copy's course_lib, so
+each lesson's check cell grades the copy's exercises/). Each lesson (notebooks/NN_*.ipynb, found by a glob) is
+opened at notebooks/NN_topic.ipynb, run with Run > Run All Cells, saved, looked at cell by cell and photographed:
 build/screenshots/NN_topic.png, with what was seen in NN_topic.json beside it. Kernels run with COURSE_QUICK=1
 (course_lib.timing.quick), so a lesson may shrink its sizes, running the same code.
 
@@ -19,8 +21,6 @@ The demo notebooks at the top, written at test time, prove that each of these ch
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
 from collections import Counter
 from pathlib import Path
@@ -40,7 +40,8 @@ except ImportError:
                 "(or: pip install -e '.[browser]')", allow_module_level=True)
 
 import browser_lab  # noqa: E402
-from browser_lab import chromium, jupyter_lab, loops_in, move_slider, run_notebook_in_browser  # noqa: E402
+from browser_lab import (chromium, copy_course, jupyter_lab, loops_in, move_slider,  # noqa: E402
+                         run_notebook_in_browser)
 
 try:
     CHROMIUM = browser_lab.chromium_path()
@@ -109,26 +110,12 @@ def output_problems(run: browser_lab.NotebookRun) -> list[str]:
 # ------------------------------------------------------------------------------ one server, one browser
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_process_left_behind():
-    """Set up first and torn down last: after the server and the browser are gone, nothing they started is left."""
-    before = set(browser_lab.descendants(os.getpid()))
-    yield
-    deadline = time.monotonic() + 15
-    while (left := set(browser_lab.descendants(os.getpid())) - before) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    details = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:120] for pid in left
-               if Path(f"/proc/{pid}/cmdline").exists()}
-    assert not left, f"processes left running after the browser tests: {details}"
-
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    """What the server serves: a copy of the lessons (they are saved after running) and the demo notebooks."""
-    root = tmp_path_factory.mktemp("course")
-    (root / "notebooks").mkdir()
-    for lesson in LESSONS:
-        shutil.copy(lesson, root / "notebooks")
+    """What the server serves: a copy of the course, as a learner has it (the lessons are saved after running, and
+    their check cells grade its exercises/), with the demo notebooks in demos/ beside notebooks/."""
+    root = copy_course(tmp_path_factory.mktemp("copy") / "course")
+    assert sorted(p.name for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")) == [p.name for p in LESSONS]
     (root / "demos").mkdir()
     for name, cells in DEMOS.items():
         notebook = new_notebook(cells=cells, metadata={"kernelspec": {"display_name": "Python 3 (ipykernel)",
@@ -260,7 +247,7 @@ def test_a_fine_notebook_passes_every_check_and_its_slider_reaches_the_kernel(la
     run = _demo(lab, browser, "fine", then=slide)
     assert not run.problems(), run.report()
     quick, library = run.texts[1].split()
-    assert quick == "1" and Path(library).is_relative_to(paths.ROOT), "kernels: COURSE_QUICK=1, this course_lib"
+    assert quick == "1" and Path(library).is_relative_to(lab.root_dir), "kernels: COURSE_QUICK=1, the copy's course_lib"
     assert run.progress_widgets() == [2] and not run.progress_text
     assert list(run.controls()) == [3]
     assert "3 squared is 9" in moved["before"] and "6 squared is 36" in moved["after"], moved

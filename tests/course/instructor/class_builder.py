@@ -384,7 +384,11 @@ def build_class(base: Path, copies: list[Path] = (), service: list[tuple[str, in
 
 
 def stuck_source() -> str:
-    """A submission that, on import, ignores signals, starts processes that leave its session, and spins forever."""
+    """A submission that, on import, ignores signals, starts processes that leave its session, and never returns.
+
+    It waits rather than spins: the grader's limit is on wall time, so waiting is as stuck as looping, and a loop
+    would take one of CI's two cores from the honest student graded beside it (there it ran out of 40 s with all
+    its points earned). Students who loop are in the class: 'infinite_loop' and 'loops_everywhere'."""
     return _with(_solution(), """
         import os, signal
         for _sig in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM, signal.SIGHUP):
@@ -397,8 +401,9 @@ def stuck_source() -> str:
                         signal.pause()
             except OSError:
                 break
+        import time
         while True:
-            pass
+            time.sleep(3600)
         """)
 
 

@@ -1,4 +1,5 @@
-"""The README's first command opens JupyterLab on the notebooks."""
+"""The README's first command opens JupyterLab on the course's folder, at the welcome notebook; course.py
+installs once, whatever command comes next."""
 
 from __future__ import annotations
 
@@ -41,12 +42,18 @@ def test_course_lab_serves_the_notebooks(tmp_path):
             port = match and match.group(1)
             time.sleep(0.5)
         assert port, f"JupyterLab did not start:\n{log.read_text()[-3000:]}"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token={token}", timeout=30) as reply:
-            listing = json.load(reply)
-        names = {item["name"] for item in listing["content"]}
-        assert "00_welcome.ipynb" in names and "01_devices_and_memory.ipynb" in names
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/lab?token={token}", timeout=30) as reply:
+        def contents(folder: str) -> set[str]:
+            url = f"http://127.0.0.1:{port}/api/contents/{folder}?token={token}"
+            with urllib.request.urlopen(url, timeout=30) as reply:
+                return {item["name"] for item in json.load(reply)["content"]}
+
+        # The course's root, so that the exercises are in JupyterLab's file browser too, not only the lessons.
+        assert {"notebooks", "exercises", "README.md"} <= contents("")
+        assert {"00_welcome.ipynb", "01_devices_and_memory.ipynb"} <= contents("notebooks")
+        assert "ex00_warmup.py" in contents("exercises")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/?token={token}", timeout=30) as reply:
             assert reply.status == 200 and b"JupyterLab" in reply.read()
+            assert reply.url.split("?")[0].endswith("/lab/tree/notebooks/00_welcome.ipynb"), reply.url  # opens it
     finally:
         for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, None)):
             with contextlib.suppress(ProcessLookupError):  # the group is gone when JupyterLab could not start
@@ -121,9 +128,125 @@ def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, c
     assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
 
 
+GROUPS = ["--dist", "loadgroup", "--no-loadscope-reorder"]  # the groups and their order: tests/course/conftest.py
+
+
 @pytest.mark.parametrize("args, cores, wanted", [
-    ([], 2, ["-n", "2", "--dist", "loadfile"]), ([], 16, ["-n", "4", "--dist", "loadfile"]), ([], 1, []),
-    (["-n", "0"], 8, []), (["-n3"], 8, []), (["-p", "no:xdist"], 8, []), (["-m", "browser"], 2, ["-n", "2", "--dist", "loadfile"]),
+    ([], 2, ["-n", "3", *GROUPS]), ([], 16, ["-n", "4", *GROUPS]), ([], 1, []),
+    (["-n", "0"], 8, []), (["-n3"], 8, []), (["-p", "no:xdist"], 8, []), (["-m", "browser"], 2, ["-n", "3", *GROUPS]),
 ])
 def test_course_py_runs_the_suite_in_workers_unless_told_otherwise(args, cores, wanted):
     assert _course_py().suite_workers(args, cores) == wanted
+
+
+class FakeEnvironment:
+    """An environment as course.py's install() sees it, without pip: a prefix folder (where the stamp goes), the
+    torch its metadata reports, and a pip that only records what it was asked and puts in the locked torch when
+    it is not told to keep the one there."""
+
+    def __init__(self, tmp_path, torch=""):
+        self.prefix = tmp_path / "env"
+        self.prefix.mkdir()
+        self.torch, self.pips = torch, []
+
+    def run(self, command, **kwargs):
+        if command[1] == "-c":  # the probe
+            return subprocess.CompletedProcess(command, 0, stdout=f"{self.prefix}\n{self.torch}\n", stderr="")
+        assert command[1:4] == ["-m", "pip", "install"], command
+        constraints = Path(command[command.index("-c") + 1]).read_text()
+        self.pips.append({"constraints": constraints, "targets": command[command.index("-c") + 2:]})
+        if f"torch=={self.torch}\n" not in constraints:  # not kept: pip installs constraints.txt's torch
+            self.torch = re.search(r"^torch==(\S+)", constraints, re.M).group(1)
+        return subprocess.CompletedProcess(command, 0)
+
+
+@pytest.fixture
+def fake_install(monkeypatch, tmp_path):
+    course = _course_py()
+    environment = FakeEnvironment(tmp_path)
+    monkeypatch.setattr(course.subprocess, "run", environment.run)
+    python = environment.prefix / "bin" / "python"
+    return course, environment, lambda *extras: course.install(python, extras)
+
+
+def test_one_install_is_enough_for_every_command_after_it(fake_install, capsys):
+    course, environment, install = fake_install
+    install("browser")  # `python3 course.py test` in a fresh .venv: no torch yet, constraints.txt's comes in
+    assert len(environment.pips) == 1 and environment.pips[0]["constraints"] == course.LOCK.read_text()
+    assert environment.pips[0]["targets"] == ["-e", f"{course.ROOT}[browser]"]
+    assert "installing the course and its packages" in capsys.readouterr().out
+    for extras in [(), ("browser",), ()]:  # then `check ex00`, `test`, `lab`: nothing more to install
+        install(*extras)
+        assert len(environment.pips) == 1, f"installed again for extras {extras}: {environment.pips[1:]}"
+    assert capsys.readouterr().out == ""
+
+
+def test_an_extra_asked_for_later_installs_only_its_packages(fake_install, capsys):
+    course, environment, install = fake_install
+    install()  # `python3 course.py lab`
+    capsys.readouterr()
+    install("browser")  # then `python3 course.py test`: playwright, nothing else, and the torch stays
+    assert len(environment.pips) == 2
+    assert environment.pips[1]["targets"] == course.optional_dependencies()["browser"]
+    assert environment.pips[1]["constraints"] == f"torch=={environment.torch}\n"
+    out = capsys.readouterr().out
+    assert "installing what the browser tests need" in out and "torch" not in out
+    install()
+    install("browser")
+    assert len(environment.pips) == 2
+
+
+@pytest.mark.parametrize("torch", ["2.14.1+cpu", "2.11.0+cu130"])
+def test_a_supported_torch_already_there_is_kept_and_said_so_plainly(fake_install, capsys, torch):
+    course, environment, install = fake_install
+    environment.torch = torch  # PyTorch's CPU-only wheel (the README's laptop option), or a cloud image's torch
+    install()
+    assert [pip["constraints"] for pip in environment.pips] == [f"torch=={torch}\n"] and environment.torch == torch
+    out = capsys.readouterr().out
+    assert f"this environment already has torch {torch}, which the course supports" in out
+    assert "it is left as it is" in out
+    install()
+    assert len(environment.pips) == 1
+
+
+def test_a_torch_outside_the_range_is_replaced_by_the_locked_one(fake_install, capsys):
+    course, environment, install = fake_install
+    environment.torch = "2.9.0"
+    install()
+    assert environment.pips[0]["constraints"] == course.LOCK.read_text()
+    assert "torch 2.9.0 is outside the supported range" in capsys.readouterr().out
+    install()
+    assert len(environment.pips) == 1
+
+
+@pytest.mark.parametrize("change, reason", [
+    ("inputs", "pyproject.toml or constraints.txt changed"),
+    ("torch", "this environment's torch changed since the last install (2.14.1 then, 2.12.0 now)"),
+    ("root", "the course was installed from /elsewhere"),
+    ("old format", "the record of the last install comes from an older course.py"),
+])
+def test_what_decides_an_install_again_is_said(fake_install, capsys, change, reason):
+    course, environment, install = fake_install
+    install("browser")
+    stamp = environment.prefix / course.STAMP
+    if change == "torch":
+        environment.torch = "2.12.0"  # the learner installed another supported torch: kept, the rest checked
+    elif change == "old format":
+        stamp.write_text("77ef5153 /work/main browser\n")  # a stamp written before the JSON one
+    else:
+        stamp.write_text(json.dumps({**json.loads(stamp.read_text()), change: "/elsewhere"}))
+    capsys.readouterr()
+    install()
+    assert len(environment.pips) == 2 and reason in capsys.readouterr().out
+    if change != "old format":  # the extras installed before are kept up to date too
+        assert environment.pips[1]["targets"] == ["-e", f"{course.ROOT}[browser]"]
+    install()
+    assert len(environment.pips) == 2
+
+
+def test_lab_serves_the_course_root_and_opens_the_welcome_notebook():
+    course = _course_py()
+    command = course.lab_command(Path("python"), ["--no-browser"])
+    assert f"--ServerApp.root_dir={ROOT}" in command
+    assert "--LabApp.default_url=/lab/tree/notebooks/00_welcome.ipynb" in command
+    assert (ROOT / course.WELCOME).is_file() and command[-1] == "--no-browser"

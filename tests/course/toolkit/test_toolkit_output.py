@@ -71,8 +71,9 @@ def test_check_table_shows_each_hint_once_and_never_breaks_the_result():
     assert len(re.findall(r"<tr\b", page)) == 1 + 6                  # header + one row per test group
     for cell in re.findall(r"<td style='([^']*)'>[^<]*(?:FAILED|passed)</td>", page):
         assert "white-space:nowrap" in cell
-    text = str(result)
-    assert text.count(short_hint[:60]) == 1 and "〃" in text
+    text = result.format(width=WIDTH)
+    assert " ".join(text.split()).count(short_hint) == 1 and "〃" in text  # wrapped, never cut
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
 
 
 def test_pictures_show_without_an_out_prompt(monkeypatch):
