@@ -236,7 +236,9 @@ class CheckResult:
             lines += [_wrap(f"{name}: {shown}", width, "  ", "      ") for name, shown in inputs]
         for names, shown in self.where_it_failed():
             lines.append(f"where your code failed ({_names(names)}):")
-            lines += [_wrap(line, width, "  ", "  " + " " * (len(line) - len(line.lstrip())))
+            # A frame (`File "...", line 26, in f`) and the code under it, with its caret, stay whole lines: a
+            # path to copy or click, and a caret that points at the right column. The error's message wraps.
+            lines += [f"  {line}" if _FRAME.match(line) or line[:1].isspace() else _wrap(line, width, "  ", "    ")
                       for line in shown.splitlines()]
         return "\n".join(lines)
 

@@ -37,6 +37,10 @@ class Confinement:
     read_allowed: list[str] | None = None  # folders and files it may open; None: no watching
     read_log: str | None = None  # the grader's file, opened before the user switch (the student cannot reopen it)
     traceback_sources: list[str] | None = None  # the judge's tests: read by linecache for a traceback, not flagged
+    # The host's folders under an allowed folder that the sandbox does not show (what was in the host's /tmp when
+    # the sandbox's private /tmp hid it: a checkout of the course, another student's files): opening in them is
+    # recorded, except where an allowed folder inside them covers it (the course's .venv bound into the sandbox).
+    host_only: list[str] | None = None
 
     def to_file(self, path: str | os.PathLike) -> None:
         Path(path).write_text(json.dumps(asdict(self)))
@@ -74,11 +78,16 @@ class Confinement:
             # student's own user can enter its scratch folder (mode 700).
             os.chdir(self.cwd)
         if log is not None and self.read_allowed is not None:
-            watch_opens(self.read_allowed, log, [self.cwd] if self.cwd else [], self.traceback_sources or [])
+            watch_opens(self.read_allowed, log, [self.cwd] if self.cwd else [], self.traceback_sources or [],
+                        self.host_only or [])
 
 
-def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet: list[str] = ()) -> None:
+def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet: list[str] = (),
+                host_only: list[str] = ()) -> None:
     """Append every file this process opens outside `allowed` (and every program it runs) to `log_fd`, for good.
+
+    `host_only`: folders inside an allowed one (the private /tmp) that are the host's and not the sandbox's: a path
+    in one of them counts as outside unless an allowed folder within that folder holds it.
 
     An audit hook (PEP 578) cannot be removed once added. Per open: an absolute path and a prefix check; links
     are resolved only under `writable` folders and /proc, where student code could make them point anywhere.
@@ -93,6 +102,15 @@ def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet
     # and sys.path's folders themselves (not what is in them): zipimport tries to open each as a zip file
     exact = frozenset([*(p.rstrip("/") for p in allowed if p), *(os.path.abspath(p) for p in sys.path)])
     resolve, quiet = folders([*writable, "/proc"]), folders(quiet)
+    hidden = folders(host_only)
+    # for each host-only folder, the allowed folders within it (or equal to it)
+    shown_in = {h: tuple(a for a in inside if a.startswith(h)) for h in hidden}
+
+    def allowed_path(path: str) -> bool:
+        for h in hidden:
+            if path.startswith(h) or path == h.rstrip("/"):
+                return path.startswith(shown_in[h]) if shown_in[h] else False
+        return path.startswith(inside) or path in exact
     seen: set[str] = set()
 
     def note(kind: str, what: str) -> None:
@@ -109,7 +127,7 @@ def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet
                 path = os.path.abspath(os.fsdecode(path))
                 if path.startswith(resolve):
                     path = os.path.realpath(path)
-                if path.startswith(inside) or path in exact or _own_proc(path):
+                if allowed_path(path) or _own_proc(path):
                     return
                 if path.startswith(quiet) and _from_linecache(sys._getframe(1)):
                     return  # a traceback's source line from the judge's tests: it fails in the sandbox

@@ -117,7 +117,16 @@ def _confinement(home: Path, scratch: Path, uid: int | None, cgroup: StudentCgro
         memory_watchdog=s.isolation.memory == "watchdog", gpu_memory_fraction=s.gpu_memory_fraction,
         read_allowed=readable_paths(spec, private_tmp=s.isolation.mode == "bwrap") + _package_metadata(),
         read_log=str(watch / READ_LOG),
-        traceback_sources=[str(s.judge.folder)])
+        traceback_sources=[str(s.judge.folder)],
+        host_only=_host_tmp() if s.isolation.mode == "bwrap" else None)
+
+
+def _host_tmp() -> list[str]:
+    """What the host's /tmp holds now: the sandbox's /tmp is its own, so a path there is the host's only if bound."""
+    try:
+        return sorted(os.path.join("/tmp", name) for name in os.listdir("/tmp"))
+    except OSError:
+        return []
 
 
 READ_LOG = "outside.log"

@@ -36,23 +36,23 @@ def test_a_stuck_student_times_out_without_delaying_the_others(tmp_path, limiter
     (submissions / "stuck" / "ex00_warmup.py").write_text(stuck_source())
     copy_solution_folder(submissions / "honest")
     (submissions / "broken.zip").write_bytes(b"PK\x03\x04 this is not a zip file")
-    # 40 s per student: the honest one needs about 15 s alone, and the suite runs beside other pytest workers
-    # (course.py test); at 25 s it ran out with 5 of 7 points.
-    done, seconds = _grade(submissions, tmp_path / "out", "--jobs", "2", "--timeout", "40", "--test-timeout", "120",
+    # 50 s per student: the honest one needs about 15 s alone, and the suite runs beside other pytest workers
+    # (course.py test); at 25 s it ran out with 5 of 7 points, and at 40 s once on a machine loaded 4 times over.
+    done, seconds = _grade(submissions, tmp_path / "out", "--jobs", "2", "--timeout", "50", "--test-timeout", "120",
                            "--no-calibration", "--address-space-gb", "0", "--memory-limiter", limiter, limit=240)
     rows = _rows(tmp_path / "out")
     assert rows["stuck"]["status"] == "timeout" and rows["stuck"]["total"] == "0" and rows["stuck"]["possible"] == "7"
     assert "time limit" in rows["stuck"]["detail"]
-    assert 40 <= float(rows["stuck"]["seconds"]) < 80
+    assert 50 <= float(rows["stuck"]["seconds"]) < 90
     assert (rows["honest"]["status"], rows["honest"]["total"]) == ("ok", "7"), rows["honest"]["detail"]
-    assert float(rows["honest"]["seconds"]) < 80
+    assert float(rows["honest"]["seconds"]) < 90
     assert rows["broken"]["status"] == "grader error" and rows["broken"]["total"] == ""
     assert "zip" in rows["broken"]["detail"]
     assert "could not be graded automatically" in (tmp_path / "out" / "broken" / "feedback.md").read_text()
     assert done.returncode == 1  # a grader error is never silent
     stuck = json.loads((tmp_path / "out" / "stuck" / "results.json").read_text())
     assert all(t["status"] == "failed" and "time limit" in t["output"] for t in stuck["tests"])
-    assert seconds < 120
+    assert seconds < 130
     for uid in _users(done.stderr):
         assert processes_of(uid) == [], f"processes of user {uid} are still running"
 

@@ -137,7 +137,8 @@ def test_where_the_code_failed_shows_once_with_the_learners_frames_only(tmp_path
     assert shown.splitlines()[0] == f'File "{tmp_path}/ex00_warmup.py", line 26'
     assert shown.splitlines()[-1] == "SyntaxError: '(' was never closed"
     assert "runner.py" not in shown and "importlib" not in shown
-    for text in (result.format(width=100), result._repr_html_()):
+    # Once, and whole even where the path is longer than the line: a frame is never wrapped (a path to click).
+    for text in (result.format(width=100), result.format(width=40), result._repr_html_()):
         assert text.count("line 26") == 1
 
 
