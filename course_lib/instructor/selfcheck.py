@@ -37,15 +37,23 @@ def _pytest(args: list[str], report: Path) -> int:
                           env={**os.environ, **WORKER_ENVIRONMENT}).returncode
 
 
-def stubs_fail() -> bool:
-    """Grade freshly made stubs (never the learner's exercises/) and require every graded test to fail."""
+def stubs_fail(exercises: list[str] | None = None) -> bool:
+    """Grade freshly made stubs (never the learner's exercises/) and require every graded test to fail: of every
+    exercise, or of those named (["ex05"])."""
+    tests = ["tests"]
+    if exercises:
+        tests = [str(p.relative_to(ROOT)) for ex in exercises for p in sorted((ROOT / "tests").glob(f"test_{ex}_*.py"))]
+        unknown = [ex for ex in exercises if not list((ROOT / "tests").glob(f"test_{ex}_*.py"))]
+        if unknown:
+            say(f"FAILED: no graded tests for {', '.join(unknown)} (tests/test_exNN_*.py)")
+            return False
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "stubs"
         folder.mkdir()
         for name, text in expected_stubs(SOLUTIONS).items():
             (folder / name).write_text(text)
-        _pytest(["tests", "-m", "points", "--target", str(folder)], Path(tmp) / "stubs.jsonl")
-        _pytest(["tests", "-m", "points", "--target", "solutions", "--collect-only"], Path(tmp) / "collected.jsonl")
+        _pytest([*tests, "-m", "points", "--target", str(folder)], Path(tmp) / "stubs.jsonl")
+        _pytest([*tests, "-m", "points", "--target", "solutions", "--collect-only"], Path(tmp) / "collected.jsonl")
         ran, collected = read_report(Path(tmp) / "stubs.jsonl"), read_report(Path(tmp) / "collected.jsonl")
     if ran is None or collected is None or collected.collected is None:
         say("FAILED: pytest wrote no report for the stub run")
@@ -80,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         from course_lib.instructor import mutants
 
         return mutants.main(rest)
-    return 0 if stubs_fail() else 1
+    unknown = [arg for arg in rest if not arg.startswith("ex")]
+    if unknown:
+        parser.error(f"stubs takes exercise names (ex05), not {' '.join(unknown)}")
+    return 0 if stubs_fail(rest) else 1
 
 
 if __name__ == "__main__":

@@ -1,0 +1,17 @@
+"""Closes a bucket only once it holds MORE than its limit (>), where DDP closes it at the limit (>=)."""
+
+LOSES = ["test_bucket_assignment_matches_ddp"]
+
+
+def bucket_assignment(sizes_in_bytes, bucket_cap_mb=25.0, first_bucket_mb=1.0):
+    limit, cap = int(first_bucket_mb * MiB), int(bucket_cap_mb * MiB)
+    buckets, current, filled = [], [], 0
+    for index in reversed(range(len(sizes_in_bytes))):
+        current.append(index)
+        filled += sizes_in_bytes[index]
+        if filled > limit:
+            buckets.append(current)
+            current, filled, limit = [], 0, cap
+    if current:
+        buckets.append(current)
+    return buckets
