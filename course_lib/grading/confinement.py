@@ -107,6 +107,8 @@ def watch_opens(allowed: list[str], log_fd: int, writable: list[str] = (), quiet
     shown_in = {h: tuple(a for a in inside if a.startswith(h)) for h in hidden}
 
     def allowed_path(path: str) -> bool:
+        if path in exact:  # named one by one (sys.path's folders: the judge's tests, in the host's /tmp)
+            return True
         for h in hidden:
             if path.startswith(h) or path == h.rstrip("/"):
                 return path.startswith(shown_in[h]) if shown_in[h] else False

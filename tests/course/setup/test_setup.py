@@ -132,8 +132,8 @@ GROUPS = ["--dist", "loadgroup", "--no-loadscope-reorder"]  # the groups and the
 
 
 @pytest.mark.parametrize("args, cores, wanted", [
-    ([], 2, ["-n", "3", *GROUPS]), ([], 16, ["-n", "4", *GROUPS]), ([], 1, []),
-    (["-n", "0"], 8, []), (["-n3"], 8, []), (["-p", "no:xdist"], 8, []), (["-m", "browser"], 2, ["-n", "3", *GROUPS]),
+    ([], 2, ["-n", "2", *GROUPS]), ([], 16, ["-n", "4", *GROUPS]), ([], 1, []),
+    (["-n", "0"], 8, []), (["-n3"], 8, []), (["-p", "no:xdist"], 8, []), (["-m", "browser"], 2, ["-n", "2", *GROUPS]),
 ])
 def test_course_py_runs_the_suite_in_workers_unless_told_otherwise(args, cores, wanted):
     assert _course_py().suite_workers(args, cores) == wanted
