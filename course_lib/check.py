@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from course_lib import paths
+from course_lib.tables import plural
 from course_lib.grading import time_rule
 from course_lib.grading.results import TestOutcome, read_report
 
@@ -106,10 +107,6 @@ class TimeRule:
 # ------------------------------------------------------------------------------------------------ the result
 
 
-def _plural(count: float, noun: str) -> str:
-    return f"{count:g} {noun}{'' if count == 1 else 's'}"
-
-
 _TIMEOUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout")
 _FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+))?$')
 
@@ -150,7 +147,7 @@ class CheckResult:
         limit = self.rule.grader_limit(test.nodeid) if self.rule is not None else None
         if self.too_slow(test):
             return (f"passed in {test.duration:.1f} s; the grader allows about {limit:g} s: make it faster or it "
-                    f"will lose its {_plural(test.points, 'point')}")
+                    f"will lose its {plural(test.points, 'point', spec='g')}")
         text = (test.not_graded or test.message).removeprefix(f"{self.exercise}: ")  # the table says which
         if test.outcome == "failed" and _TIMEOUT.search(_first_line(text)) and self.rule is not None:
             allowed = f"the grader allows about {limit:g} s" if limit is not None else "no reference time is known"
@@ -629,7 +626,7 @@ def record_reference_times(exercises: list[str] | None = None, path: str | os.Pa
         torch_version = "?"
     data = {"about": "each graded test's time with the reference solutions, for check's time limits; written by "
                      "python3 course.py check --record-reference-times",
-            "measured_on": f"{_plural(os.cpu_count() or 1, 'core')}, {platform.machine()}, "
+            "measured_on": f"{plural(os.cpu_count() or 1, 'core')}, {platform.machine()}, "
                            f"Python {platform.python_version()}, torch {torch_version}, {date.today().isoformat()}",
             "durations": dict(sorted(durations.items()))}
     Path(path).write_text(json.dumps(data, indent=1) + "\n")
@@ -660,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no exercise {options.exercise!r}; the exercises are {', '.join(known) or 'none'}")
     if options.record_reference_times:
         data = record_reference_times([options.exercise] if options.exercise else None, options.reference_times)
-        print(f"{_plural(len(data['durations']), 'reference time')} written to {options.reference_times}")
+        print(f"{plural(len(data['durations']), 'reference time')} written to {options.reference_times}")
         return 0
     if options.exercise is None:
         parser.error(f"say which exercise to check: {', '.join(known) or 'none'}")
