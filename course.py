@@ -351,12 +351,12 @@ def pytest(python: Path, args: list[str]) -> int:
 def suite_workers(pytest_args: list[str], cores: int | None = None) -> list[str]:
     """pytest-xdist's options for the whole suite: a worker per core (at most 4): most tests start ranks, kernels or
     a browser of their own, so a third worker on 2 cores only queued them (load average 8, and the grader's time
-    limits ran out); `--dist loadgroup` with the groups tests/course/conftest.py gives (a test file, or one browser
-    lesson) handed out longest first. None where the caller chose (-n, -p no:xdist) or there is one core."""
+    limits ran out); `--dist loadscope`, whose scopes tests/conftest.py makes the course's units (a test file, or one
+    browser lesson), handed out longest first. None where the caller chose (-n, -p no:xdist) or there is one core."""
     if any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) or "xdist" in arg for arg in pytest_args):
         return []
     cores = os.cpu_count() or 1 if cores is None else cores
-    return ["-n", str(min(4, cores)), "--dist", "loadgroup", "--no-loadscope-reorder"] if cores >= 2 else []
+    return ["-n", str(min(4, cores)), "--dist", "loadscope", "--no-loadscope-reorder"] if cores >= 2 else []
 
 
 # The commands that pass what follows them to a module of the course's Python:

@@ -32,7 +32,8 @@ __all__ = ["make_release", "solution_blocks", "find_leaks"]
 LEFT_OUT = {"solutions", "benchmarks", ".ci", ".git", ".venv", "exercises", "grades", "release", "build", "docs"}
 # The instructor's and the course developers' files below the top level: the grader, the stub maker, the
 # self-checks, and the tests of the course itself (which grade the solutions and read the repository's README).
-LEFT_OUT_PATHS = ("course_lib/instructor", "course_lib/grade.py", "course_lib/exercises.py", "tests/course")
+LEFT_OUT_PATHS = ("course_lib/instructor", "course_lib/grade.py", "course_lib/exercises.py", "tests/course",
+                  "tests/conftest.py")
 LEARNER_README = Path(__file__).with_name("learner_README.md")  # the release's README.md
 LEFT_OUT_SUFFIXES = (".pyc", ".egg-info")
 MIN_LEAK_CHARS = 40  # shorter blocks (one `return x`) match too much by chance

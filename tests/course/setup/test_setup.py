@@ -128,7 +128,7 @@ def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, c
     assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
 
 
-GROUPS = ["--dist", "loadgroup", "--no-loadscope-reorder"]  # the groups and their order: tests/course/conftest.py
+GROUPS = ["--dist", "loadscope", "--no-loadscope-reorder"]  # the units and their order: tests/conftest.py
 
 
 @pytest.mark.parametrize("args, cores, wanted", [
@@ -137,6 +137,43 @@ GROUPS = ["--dist", "loadgroup", "--no-loadscope-reorder"]  # the groups and the
 ])
 def test_course_py_runs_the_suite_in_workers_unless_told_otherwise(args, cores, wanted):
     assert _course_py().suite_workers(args, cores) == wanted
+
+
+UNIT_SUITE = {   # a small suite laid out like the course's: a lesson file run per lesson, other files whole
+    "browser/test_lessons_in_browser.py": "import pytest\n\n" + "".join(f"@pytest.mark.parametrize('lesson', ['00_a', '01_b'])\n"
+                                                  f"def test_{check}(lesson, worker_of):\n    worker_of(lesson)\n\n"
+                                                  for check in ("runs", "table", "loops")),
+    "instructor/test_grade.py": "import pytest\n\n@pytest.mark.parametrize('n', range(4))\n"
+                                "def test_student(n, worker_of):\n    worker_of('grade')\n",
+    "conftest.py": "import json, os\nimport pytest\n\n@pytest.fixture\ndef worker_of(request, tmp_path_factory):\n"
+                   "    def record(unit):\n        with open(os.environ['UNIT_LOG'], 'a') as log:\n"
+                   "            log.write(json.dumps([unit, os.environ['PYTEST_XDIST_WORKER']]) + '\\n')\n"
+                   "    return record\n",
+}
+
+
+def test_a_units_tests_share_one_worker_under_xdist(tmp_path):
+    """What `course.py test` passes to xdist keeps a unit's tests on one worker (a lesson's run in the browser and
+    the graded class are module fixtures: split over two workers, each worker ran them once more)."""
+    suite = tmp_path / "suite"
+    for name, text in UNIT_SUITE.items():
+        (suite / name).parent.mkdir(parents=True, exist_ok=True)
+        (suite / name).write_text(text)
+    (suite / "tests_conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (suite / "conftest.py").write_text((suite / "conftest.py").read_text() + "\nfrom tests_conftest import *  # noqa\n"
+                                       "from tests_conftest import pytest_xdist_make_scheduler  # noqa\n")
+    log = tmp_path / "units.jsonl"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-p", "no:randomly",
+                           *_course_py().suite_workers([], 2)], cwd=suite, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "UNIT_LOG": str(log), "PYTHONPATH": str(suite)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(seen) == 10, seen
+    workers = {}
+    for unit, worker in seen:
+        workers.setdefault(unit, set()).add(worker)
+    assert all(len(w) == 1 for w in workers.values()), f"a unit's tests ran on several workers: {workers}"
+    assert set().union(*workers.values()) == {"gw0", "gw1"}, f"one worker did everything: {workers}"
 
 
 class FakeEnvironment:

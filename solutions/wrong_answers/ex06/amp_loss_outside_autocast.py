@@ -1,0 +1,24 @@
+"""Computes only the forward under autocast and the loss after the block: autocast no longer picks its dtype."""
+
+LOSES = ["test_amp_train_step_autocasts_forward_not_backward"]
+
+
+def amp_train_step(model, optimizer, scaler, micro_batches, loss_fn, *, device_type="cpu", dtype=torch.bfloat16,
+                   max_norm=None):
+    micro_batches = list(micro_batches)
+    if not micro_batches:
+        raise ValueError("micro_batches is empty")
+    total = 0.0
+    for inputs, targets in micro_batches:
+        with torch.autocast(device_type, dtype=dtype):
+            outputs = model(inputs)
+        loss = loss_fn(outputs, targets)
+        scaler.scale(loss / len(micro_batches)).backward()
+        total += loss.item()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return total / len(micro_batches)
