@@ -121,6 +121,7 @@ BUCKET_CASES = [
     ([10, 990, 20, 980], 1000 / MiB, 1000 / MiB, False),
     ([600, 500, 400, 300, 200, 100], 500 / MiB, 2000 / MiB, False),
     ([1000, 1000, 10**6, 10**6, 48576, 10**6], 1.0, 1.0, False),
+    ([5, 1, 999, 600], 1000 / MiB, 600 / MiB, False),   # the SECOND bucket filled exactly: 999 + 1 closes it
 ]
 
 
@@ -770,9 +771,9 @@ def test_train_with_accumulation_rejects_bad_steps():
     values = [0, -1, 1.5]
     got = run("ex05", _bad_accumulation_driver, values, world_size=1, timeout=TIMEOUT)
     for value, (raised, message) in zip(values, got[0]):
-        assert raised == "ValueError", (
-            f"train_with_accumulation(..., accumulation_steps={value!r}) must raise ValueError (a whole number, 1 or "
-            f"more), not {raised} {message}")
+        assert raised == "ValueError" and "accumulation_steps" in message, (
+            f"train_with_accumulation(..., accumulation_steps={value!r}) must raise ValueError naming "
+            f"accumulation_steps and saying what to pass (a whole number, 1 or more), not {raised} {message}")
 
 
 # ---------------------------------------------------------------- fp16_compress_hook

@@ -645,7 +645,8 @@ def test_loss_scaler_with_adam_and_two_optimizers():
 def _unscale_driver(module):
     _refuse_subclass(module, _switch_off_torch_scaler())
     model = _scaler_model(5)
-    optimizer = TaggedSGD(model.parameters(), lr=0.1)
+    unused = torch.nn.Parameter(torch.zeros(3))  # never in the loss: its .grad stays None, and unscale_ skips it
+    optimizer = TaggedSGD([*model.parameters(), unused], lr=0.1)
     scaler = module.DynamicLossScaler(init_scale=1024.0)
     x, y = torch.randn(4, 6, generator=torch.Generator().manual_seed(5)), torch.zeros(4, 3)
     loss = F.mse_loss(model(x), y)
@@ -666,6 +667,7 @@ def _unscale_driver(module):
     scaler.scale(F.mse_loss(model(x), y)).backward()
     next_iteration = exception_raised_by(scaler.unscale_, optimizer)
     return {"same_object": scaled is loss, "loss_unchanged": torch.equal(loss.detach(), loss_before),
+            "unused_grad": repr(unused.grad),
             "requires_grad": bool(getattr(scaled, "requires_grad", False)), "scaled_grads": scaled_grads,
             "unscaled": unscaled, "in_place": in_place, "first": first, "second": second, "stepped": stepped,
             "after_step": after_step, "next_iteration": next_iteration}
@@ -683,6 +685,9 @@ def test_loss_scaler_unscales_in_place_once_per_step():
         torch.testing.assert_close(unscaled, scaled / 1024.0, rtol=0, atol=0, msg=lambda m: (
             f"{where}: after unscale_, parameter {index}'s gradient should be the scaled one divided by 1024\n{m}"))
     assert got["in_place"], f"{where}: unscale_ must divide each param.grad in place (the same tensor), not replace it"
+    assert got["unused_grad"] == "None", (
+        f"{where}: a parameter that took no part in the loss has .grad None; unscale_ must skip it and leave it None, "
+        f"got {got['unused_grad']}")
     raised, message = got["second"]
     text = "unscale_() has already been called on this optimizer since the last update()"
     assert raised == "RuntimeError" and text in message, (
@@ -692,7 +697,7 @@ def test_loss_scaler_unscales_in_place_once_per_step():
     assert got["stepped"] == "stepped", (
         f"{where}: step(optimizer, tag=...) after unscale_ must call optimizer.step(tag=...) once, without dividing "
         f"again, and return its value; got {got['stepped']!r}")
-    assert got["after_step"][0] == "RuntimeError", (
+    assert got["after_step"][0] == "RuntimeError" and "after step()" in got["after_step"][1], (
         f"{where}: unscale_(optimizer) after step() and before update() must raise RuntimeError (\"unscale_() is being "
         f"called after step().\"), got {got['after_step']}")
     assert got["next_iteration"] == ["returned", ""], (
