@@ -1,0 +1,1059 @@
+"""Graded tests for exercise 07 (notebooks/07_model_parallel.ipynb).
+
+References are computed here, in the test process, without the learner's code: each pipeline schedule by a
+time-stepped simulation (every stage holds a queue of its ops, in the order of torch's Schedule1F1B, stated the
+way torch states it, with min(p - s, m) warm-up forwards, or GPipe's; at each step every stage runs its queue's
+head if the op it depends on ran at an earlier step), the bubble by counting the idle slots of that simulation
+and by the formula (p - 1) / (m + p - 1) in exact fractions; the best partition of the layers by a brute force
+over every choice of cut points; and the tensor-parallel layers by torch's nn.Linear (and a two-layer MLP with
+GELU) on the whole weight and the whole batch, in one process, forward and backward.
+
+Generated inputs (Hypothesis): pipelines of 1 to 6 stages and 1 to 10 micro-batches (fewer, as many and more
+micro-batches than stages), both kinds; bubbles up to 12 stages and 40 micro-batches; cost lists of 1 to 9
+layers, ints and floats, zeros, a layer a billion times the others, as lists and as tuples; linear layers with
+and without bias, float32 and float64, inputs of 2 and 3 dimensions ((batch, features), (batch, seq, features)),
+batches of 1; the MLP on the default group and on groups of two ranks made with dist.new_group.
+
+The tensor-parallel layers run in 1, 2 and 4 gloo ranks. Every rank builds the same nn.Linear from the same
+seed; inside the rank every collective is logged where every torch.distributed function passes (the process
+group's methods): its kind, size, dtype, reduce op and group, so the tests check HOW the layers talk (nothing
+while they are built, no all-gather or broadcast of weights, exactly one all-reduce forward and one backward in
+the MLP, of the sizes Megatron-LM's layers need), not only the numbers. While the learner's code runs, torch's
+pipelining schedules, torch.distributed.tensor.parallel, torch's functional collectives and the lesson's new
+course_lib.parallel modules (a schedule simulator, tensor-parallel helpers) refuse to run.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from itertools import combinations
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from course_lib.grading import exception_raised_by, run
+
+TIMEOUT = 60  # s: a rank waiting in an all-reduce its peers never start hangs; fail it in time
+KINDS = ("gpipe", "1f1b")
+
+
+def _result_types(value):
+    """What a learner's return value is made of, as plain data (type names, nested like the value)."""
+    if isinstance(value, (list, tuple)):
+        return [type(value).__name__, [_result_types(v) for v in value]]
+    return type(value).__name__
+
+
+# ---------------------------------------------------------------- shortcuts switched off in the child
+
+LESSON_MODULES = ("streams", "data_parallel", "ddp")  # course_lib.parallel's modules of lessons 02-05 stay allowed
+
+
+def _refuser(label):
+    def refused(*args, **kwargs):
+        raise RuntimeError(f"{label} is switched off while exercise 07 is graded: write this piece yourself (plain "
+                           "Python for the bubble, the schedules and the partition; slices of the weight and "
+                           "dist.all_reduce for the tensor-parallel layers)")
+    return refused
+
+
+def _defined_in(module):
+    """The functions and classes a module defines itself (not the ones it imports)."""
+    import inspect
+
+    return [(name, value) for name, value in list(vars(module).items())
+            if not name.startswith("__") and (inspect.isfunction(value) or inspect.isclass(value))
+            and getattr(value, "__module__", None) == module.__name__]
+
+
+def _replace(module, name, label, replaced):
+    """module.name refuses from now on; `replaced` remembers (original, refuser) to fix names imported before."""
+    refuser = _refuser(label)
+    replaced.append((getattr(module, name), refuser))
+    setattr(module, name, refuser)
+
+
+def _switch_off_schedules(module, replaced):
+    """torch.distributed.pipelining.schedules: every schedule class refuses to be built, every function to run."""
+    base = getattr(module, "_PipelineSchedule", None)
+    for name, value in _defined_in(module):
+        if isinstance(value, type):
+            if base is not None and issubclass(value, base):
+                value.__init__ = _refuser(f"torch's {name}")
+        else:
+            _replace(module, name, f"torch.distributed.pipelining.schedules.{name}", replaced)
+
+
+def _switch_off_tensor_parallel(module, replaced):
+    """torch.distributed.tensor.parallel (and its api and style modules): parallelize_module and the styles refuse."""
+    if hasattr(module, "parallelize_module"):
+        _replace(module, "parallelize_module", "torch.distributed.tensor.parallel.parallelize_module", replaced)
+    for name, value in list(vars(module).items()):
+        if isinstance(value, type) and name.endswith("Parallel"):
+            value.__init__ = _refuser(f"torch's {name}")
+
+
+def _switch_off_lesson_module(module, replaced):
+    """A new course_lib.parallel module (lesson 07's schedule simulator, tensor-parallel helpers): all of it refuses."""
+    for name, _ in _defined_in(module):
+        _replace(module, name, f"{module.__name__}.{name} (the lesson's own code)", replaced)
+
+
+def _switcher(fullname):
+    """Which switch applies to the module of this name, or None."""
+    if fullname == "torch.distributed.pipelining.schedules":
+        return _switch_off_schedules
+    if fullname == "torch.distributed.tensor.parallel" or fullname.startswith("torch.distributed.tensor.parallel."):
+        return _switch_off_tensor_parallel
+    parts = fullname.split(".")
+    if len(parts) == 3 and parts[:2] == ["course_lib", "parallel"] and parts[2] not in LESSON_MODULES:
+        return _switch_off_lesson_module
+    return None
+
+
+def _switch_off_shortcuts(learner):
+    """In the child: the shortcuts refuse to run, those imported already at once, the others as they are imported.
+
+    An import hook, not an import here: importing torch.distributed.pipelining takes over a second, and the
+    learner's code that never imports it should not pay for it. Names the learner's file imported before (from
+    ... import simulate) are pointed at the refusing versions too.
+    """
+    import importlib.abc
+    import sys
+
+    import torch.distributed._functional_collectives as funcol
+
+    replaced = []
+    for name in ("all_reduce", "all_reduce_inplace", "all_reduce_coalesced", "all_gather_tensor",
+                 "all_gather_tensor_autograd", "all_gather_tensor_inplace", "all_gather_into_tensor_coalesced",
+                 "reduce_scatter_tensor", "reduce_scatter_tensor_autograd", "reduce_scatter_tensor_coalesced",
+                 "all_to_all_single", "all_to_all_single_autograd", "broadcast", "permute_tensor"):
+        if hasattr(funcol, name):
+            _replace(funcol, name, f"torch's functional collective {name}", replaced)
+    for fullname, module in list(sys.modules.items()):
+        switch = _switcher(fullname)
+        if switch is not None and module is not None:
+            switch(module, replaced)
+    for name, value in list(vars(learner).items()):
+        for original, refuser in replaced:
+            if value is original:
+                setattr(learner, name, refuser)
+
+    class SwitchOffOnImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path, target=None):
+            switch = _switcher(fullname)
+            if switch is None:
+                return None
+            for finder in sys.meta_path:
+                if finder is self or not hasattr(finder, "find_spec"):
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    break
+            else:
+                return None
+            loader = spec.loader
+            if loader is not None and hasattr(loader, "exec_module"):
+                original = loader.exec_module
+
+                def exec_module(module):
+                    original(module)
+                    switch(module, [])
+
+                loader.exec_module = exec_module
+            return spec
+
+    if not any(type(finder).__name__ == "SwitchOffOnImport" for finder in sys.meta_path):
+        sys.meta_path.insert(0, SwitchOffOnImport())
+
+
+# ---------------------------------------------------------------- the reference schedules
+
+
+def _queue(p, m, s, kind):
+    """Stage s's ops in order, as torch states them: GPipe's, or Schedule1F1B's min(p - s, m) warm-up forwards,
+    then one backward and one forward while forwards are left, then the remaining backwards."""
+    if kind == "gpipe":
+        return [("F", j) for j in range(m)] + [("B", j) for j in range(m)]
+    warmup = min(p - s, m)
+    ops = [("F", j) for j in range(warmup)]
+    forwards, backwards = warmup, 0
+    while backwards < m:
+        ops.append(("B", backwards))
+        backwards += 1
+        if forwards < m:
+            ops.append(("F", forwards))
+            forwards += 1
+    return ops
+
+
+def _needs(op, p, s, j):
+    """The op that (op, s, j) waits for, or None."""
+    if op == "F":
+        return ("F", s - 1, j) if s > 0 else None
+    return ("F", s, j) if s == p - 1 else ("B", s + 1, j)
+
+
+def _reference_schedule(p, m, kind):
+    """A time-stepped simulation: at each step every stage runs the head of its queue if what it waits for ran at
+    an earlier step. Returns [[time_step, stage, micro_batch, op], ...] sorted by (time_step, stage)."""
+    queues = [_queue(p, m, s, kind) for s in range(p)]
+    heads, done, ops, step = [0] * p, set(), [], 0
+    while any(heads[s] < len(queues[s]) for s in range(p)):
+        ran = []
+        for s in range(p):
+            if heads[s] < len(queues[s]):
+                op, j = queues[s][heads[s]]
+                needs = _needs(op, p, s, j)
+                if needs is None or needs in done:
+                    ran.append((op, s, j))
+        for op, s, j in ran:  # done only after the step: an op never waits for one in the same step
+            done.add((op, s, j))
+            heads[s] += 1
+            ops.append([step, s, j, op])
+        step += 1
+        assert step <= 4 * (m + p), "the reference simulation is stuck"
+    return ops
+
+
+def _grid(ops, p, limit=40):
+    """The schedule drawn one line per stage, one cell per time step ("F3", "B0" or ".."), for messages."""
+    steps = max((op[0] for op in ops), default=-1) + 1
+    cells = [[".."] * min(steps, limit) for _ in range(p)]
+    for t, s, j, op in ops:
+        if 0 <= s < p and 0 <= t < limit:
+            cells[s][t] = f"{op}{j}"
+    width = max((len(c) for row in cells for c in row), default=2)
+    lines = [f"    stage {s}: " + " ".join(c.rjust(width) for c in row) for s, row in enumerate(cells)]
+    return "\n".join(lines) + ("\n    ..." if steps > limit else "")
+
+
+# ---------------------------------------------------------------- bubble_fraction
+
+
+def _bubble_driver(module, cases):
+    _switch_off_shortcuts(module)
+    out = []
+    for p, m in cases:
+        value = module.bubble_fraction(p, m)
+        out.append([type(value).__name__, float(value) if isinstance(value, (int, float)) else None])
+    return out
+
+
+def _idle_fraction(ops, p):
+    """The idle slots of a schedule over all its slots (p stages times its length), exactly."""
+    steps = max(op[0] for op in ops) + 1
+    return Fraction(p * steps - len(ops), p * steps)
+
+
+bubble_cases = st.tuples(st.integers(1, 12), st.integers(1, 40))
+BUBBLE_CASES = [(1, 1), (1, 7), (2, 1), (4, 4), (4, 16), (8, 32), (5, 3), (12, 40)]
+
+
+@pytest.mark.points(2)
+@settings(max_examples=4)
+@given(cases=st.lists(bubble_cases, min_size=1, max_size=8))
+@example(cases=BUBBLE_CASES)
+def test_bubble_fraction_matches_the_idle_slots(cases):
+    got = run("ex07", _bubble_driver, cases, timeout=TIMEOUT)
+    for (p, m), (kind, value) in zip(cases, got):
+        where = f"bubble_fraction({p}, {m})"
+        counted = _idle_fraction(_reference_schedule(p, m, "gpipe"), p)
+        assert counted == Fraction(p - 1, m + p - 1)
+        assert kind == "float", f"{where} must return a Python float, got a {kind}"
+        assert math.isclose(value, float(counted), rel_tol=1e-12, abs_tol=1e-15), (
+            f"{where} should be {float(counted)!r}: a GPipe step of {p} stage(s) and {m} micro-batch(es) takes "
+            f"2(m + p - 1) = {2 * (m + p - 1)} time units, each stage busy 2m = {2 * m} of them, so "
+            f"(p - 1) / (m + p - 1) = {counted} of the slots are idle; got {value!r}")
+
+
+BAD_COUNTS = [((0, 4), "stages"), ((-1, 4), "stages"), ((True, 4), "stages"), ((2.0, 4), "stages"),
+              (("4", 4), "stages"), ((4, 0), "micro_batches"), ((4, -3), "micro_batches"),
+              ((4, False), "micro_batches"), ((4, 1.5), "micro_batches"), ((4, None), "micro_batches")]
+
+
+def _bad_bubble_driver(module, cases):
+    return [exception_raised_by(module.bubble_fraction, p, m) for p, m in cases]
+
+
+@pytest.mark.points(1)
+def test_bubble_fraction_rejects_bad_arguments():
+    got = run("ex07", _bad_bubble_driver, [call for call, _ in BAD_COUNTS], timeout=TIMEOUT)
+    for ((p, m), broken), (raised, message) in zip(BAD_COUNTS, got):
+        where = f"bubble_fraction({p!r}, {m!r})"
+        assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}".rstrip()
+        assert broken in message, (
+            f"{where}: the ValueError should name the argument to fix ({broken}) and say what to pass; it says "
+            f"{message!r}")
+
+
+# ---------------------------------------------------------------- pipeline_schedule
+
+
+def _schedule_driver(module, cases):
+    _switch_off_shortcuts(module)
+    out = []
+    for p, m, kind in cases:
+        result = module.pipeline_schedule(p, m, kind)
+        ops = None
+        if isinstance(result, (list, tuple)) and all(isinstance(op, (list, tuple)) and len(op) == 4 for op in result):
+            ops = [[int(t) if isinstance(t, int) else None, int(s) if isinstance(s, int) else None,
+                    int(j) if isinstance(j, int) else None, str(op)] for t, s, j, op in result]
+        out.append({"types": _result_types(result), "ops": ops})
+    return out
+
+
+def _call(p, m, kind):
+    return f"pipeline_schedule({p}, {m}, {kind!r})"
+
+
+def _check_types(result, where):
+    types = result["types"]
+    kind = types[0] if isinstance(types, list) else types
+    assert kind == "list", f"{where} must return a list of tuples, got a {kind}"
+    items = types[1]
+    bad = next((item for item in items if item != ["tuple", ["int", "int", "int", "str"]]), None)
+    assert bad is None, (
+        f"{where}: every op must be a tuple (time_step, stage, micro_batch, 'F' or 'B') of three Python ints and a "
+        f"str; one is {bad[0] if isinstance(bad, list) else bad} of {bad[1] if isinstance(bad, list) else ''}")
+    return result["ops"]
+
+
+schedule_cases = st.tuples(st.integers(1, 6), st.integers(1, 10), st.sampled_from(KINDS))
+# Always run: one stage, one micro-batch, fewer micro-batches than stages, as many, more, the largest.
+SCHEDULE_CASES = [(1, 1, "gpipe"), (1, 4, "1f1b"), (2, 2, "gpipe"), (4, 1, "1f1b"), (4, 3, "1f1b"),
+                  (4, 4, "1f1b"), (4, 8, "1f1b"), (3, 5, "gpipe"), (6, 10, "1f1b"), (6, 10, "gpipe"), (5, 2, "gpipe")]
+
+
+@pytest.mark.points(3)
+@settings(max_examples=5)
+@given(cases=st.lists(schedule_cases, min_size=1, max_size=8))
+@example(cases=SCHEDULE_CASES)
+def test_pipeline_schedule_matches_a_simulation(cases):
+    got = run("ex07", _schedule_driver, cases, timeout=TIMEOUT)
+    for (p, m, kind), result in zip(cases, got):
+        where = _call(p, m, kind)
+        ops = _check_types(result, where)
+        want = _reference_schedule(p, m, kind)
+        if ops == want:
+            continue
+        first = next((i for i, (a, b) in enumerate(zip(ops, want)) if a != b), min(len(ops), len(want)))
+        raise AssertionError(
+            f"{where} differs from the schedule a step-by-step simulation gives (each stage works through its list "
+            f"of ops in order, each op at the first step after its stage's previous op and after the op it waits "
+            f"for); sorted by (time_step, stage), op {first} should be "
+            f"{tuple(want[first]) if first < len(want) else 'absent'}, got "
+            f"{tuple(ops[first]) if first < len(ops) else 'nothing'}.\n  expected:\n{_grid(want, p)}\n"
+            f"  got:\n{_grid(ops, p)}")
+
+
+def _check_structure(ops, p, m, where):
+    """Every op once, a valid step and stage, one op per stage per step, sorted, every dependency kept."""
+    expected = sorted((s, j, op) for s in range(p) for j in range(m) for op in "FB")
+    assert sorted((s, j, op) for _, s, j, op in ops) == expected, (
+        f"{where}: every stage must run every micro-batch's forward and backward exactly once ({2 * m * p} ops); "
+        f"the ops (stage, micro_batch, op) listed are not that: {len(ops)} ops, for example "
+        f"{sorted(set((s, j, op) for _, s, j, op in ops) ^ set(expected))[:4]} is missing or extra")
+    assert all(t is not None and t >= 0 for t, *_ in ops), f"{where}: time steps count from 0"
+    slots = [(t, s) for t, s, _, _ in ops]
+    assert len(set(slots)) == len(slots), (
+        f"{where}: a stage runs one op per time step; these (time_step, stage) slots hold two ops: "
+        f"{sorted({slot for slot in slots if slots.count(slot) > 1})[:4]}")
+    assert slots == sorted(slots), f"{where}: return the ops sorted by (time_step, stage)"
+    when = {(op, s, j): t for t, s, j, op in ops}
+    for t, s, j, op in ops:
+        needs = _needs(op, p, s, j)
+        if needs is not None:
+            assert when[needs] < t, (
+                f"{where}: {op}(stage {s}, micro-batch {j}) at step {t} needs {needs[0]}(stage {needs[1]}, "
+                f"micro-batch {needs[2]}) done at an EARLIER step, but that runs at step {when[needs]}"
+                f"\n{_grid(ops, p)}")
+    for s in range(p):
+        for op in "FB":
+            order = [j for _, stage, j, o in ops if stage == s and o == op]
+            assert order == list(range(m)), (
+                f"{where}: stage {s} must run its {'forwards' if op == 'F' else 'backwards'} in micro-batch order "
+                f"0, 1, ..., {m - 1}; it runs them in the order {order}\n{_grid(ops, p)}")
+
+
+@pytest.mark.points(2)
+@settings(max_examples=5)
+@given(cases=st.lists(schedule_cases, min_size=1, max_size=8))
+@example(cases=SCHEDULE_CASES)
+def test_pipeline_schedule_keeps_every_dependency(cases):
+    got = run("ex07", _schedule_driver, cases, timeout=TIMEOUT)
+    for (p, m, kind), result in zip(cases, got):
+        where = _call(p, m, kind)
+        ops = _check_types(result, where)
+        _check_structure(ops, p, m, where)
+        steps = max(t for t, *_ in ops) + 1
+        assert steps == 2 * (m + p - 1), (
+            f"{where} takes {steps} time steps; with every op as early as its dependencies allow it takes "
+            f"2(m + p - 1) = {2 * (m + p - 1)}\n{_grid(ops, p)}")
+
+
+def _peak_in_flight(ops, s):
+    """The most micro-batches stage s holds activations for at once: forwarded, not yet backwarded."""
+    held = peak = 0
+    for _, stage, _, op in ops:
+        if stage == s:
+            held += 1 if op == "F" else -1
+            peak = max(peak, held)
+    return peak
+
+
+@pytest.mark.points(2)
+@settings(max_examples=5)
+@given(cases=st.lists(schedule_cases, min_size=1, max_size=8))
+@example(cases=SCHEDULE_CASES)
+def test_pipeline_schedule_bubble_and_activation_memory(cases):
+    got = run("ex07", _schedule_driver, cases, timeout=TIMEOUT)
+    for (p, m, kind), result in zip(cases, got):
+        where = _call(p, m, kind)
+        ops = _check_types(result, where)
+        _check_structure(ops, p, m, where)
+        idle, want = _idle_fraction(ops, p), Fraction(p - 1, m + p - 1)
+        assert idle == want, (
+            f"{where}: {idle} of the slots (stages x time steps) are idle; GPipe's bubble is (p - 1) / (m + p - 1) = "
+            f"{want}, and 1F1B has the same: run each op as early as it can\n{_grid(ops, p)}")
+        peaks = [_peak_in_flight(ops, s) for s in range(p)]
+        if kind == "gpipe":
+            assert peaks[0] == m, (
+                f"{where}: GPipe runs all forwards before any backward, so stage 0 holds the activations of all {m} "
+                f"micro-batches at once; it held at most {peaks[0]}\n{_grid(ops, p)}")
+        else:
+            over = [s for s in range(p) if peaks[s] > p - s]
+            assert not over, (
+                f"{where}: in 1F1B stage s holds at most p - s micro-batches' activations (p - s - 1 warm-up "
+                f"forwards, then one forward and one backward in turn); stage {over[0]} held {peaks[over[0]]}, "
+                f"more than {p - over[0]} (peaks per stage: {peaks})\n{_grid(ops, p)}")
+
+
+BAD_SCHEDULES = [((0, 4, "1f1b"), "stages"), ((True, 4, "gpipe"), "stages"), ((2.5, 4, "gpipe"), "stages"),
+                 ((4, 0, "1f1b"), "micro_batches"), ((4, False, "1f1b"), "micro_batches"),
+                 ((4, "8", "gpipe"), "micro_batches"), ((2, 2, "interleaved"), "kind"), ((2, 2, ""), "kind"),
+                 ((2, 2, None), "kind"), ((3, 6, "zero-bubble"), "kind")]
+
+
+def _bad_schedule_driver(module, cases):
+    _switch_off_shortcuts(module)
+    return [exception_raised_by(module.pipeline_schedule, p, m, kind) for p, m, kind in cases]
+
+
+@pytest.mark.points(1)
+def test_pipeline_schedule_rejects_bad_arguments():
+    got = run("ex07", _bad_schedule_driver, [call for call, _ in BAD_SCHEDULES], timeout=TIMEOUT)
+    for ((p, m, kind), broken), (raised, message) in zip(BAD_SCHEDULES, got):
+        where = f"pipeline_schedule({p!r}, {m!r}, {kind!r})"
+        assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}".rstrip()
+        assert broken in message, (
+            f"{where}: the ValueError should name the argument to fix ({broken}); it says {message!r}")
+        if broken == "kind":
+            assert "gpipe" in message and "1f1b" in message, (
+                f"{where}: the ValueError should list the kinds there are, 'gpipe' and '1f1b'; it says {message!r}")
+
+
+# ---------------------------------------------------------------- partition
+
+
+def _partition_driver(module, cases):
+    _switch_off_shortcuts(module)
+    out = []
+    for costs, stages, as_tuple in cases:
+        given_costs = tuple(costs) if as_tuple else list(costs)
+        before = [(type(c).__name__, c) for c in given_costs]
+        result = module.partition(given_costs, stages)
+        groups = None
+        if isinstance(result, (list, tuple)) and all(isinstance(g, (list, tuple)) for g in result):
+            groups = [[int(i) if isinstance(i, int) else -1 for i in g] for g in result]
+        out.append({"types": _result_types(result), "groups": groups, "is_input": result is given_costs,
+                    "unchanged": type(given_costs) is (tuple if as_tuple else list)
+                    and [(type(c).__name__, c) for c in given_costs] == before})
+    return out
+
+
+def _best_split(costs, stages):
+    """The smallest possible cost of the costliest stage, by trying every choice of stages - 1 cut points."""
+    n, best = len(costs), math.inf
+    for cuts in combinations(range(1, n), stages - 1):
+        bounds = (0, *cuts, n)
+        best = min(best, max(math.fsum(costs[a:b]) for a, b in zip(bounds, bounds[1:])))
+    return best
+
+
+def _stage_costs(costs, groups):
+    return [math.fsum(costs[i] for i in group) for group in groups]
+
+
+def _check_groups(result, costs, stages, where):
+    types = result["types"]
+    assert isinstance(types, list) and types[0] == "list" and all(isinstance(t, list) and t[0] == "list" for t in types[1]), (
+        f"{where} must return a list of lists of layer indices (one list per stage), got {types}")
+    assert all(t == "int" for group in types[1] for t in group[1]), (
+        f"{where}: every layer index must be a Python int, got {types}")
+    groups = result["groups"]
+    assert len(groups) == stages, f"{where}: {stages} stages, so {stages} lists, got {len(groups)}: {groups}"
+    assert all(groups), f"{where}: every stage needs at least one layer; got {groups}"
+    assert [i for group in groups for i in group] == list(range(len(costs))), (
+        f"{where}: the stages must be contiguous runs of layers 0 .. {len(costs) - 1}, in order, each layer once; "
+        f"got {groups}")
+    return groups
+
+
+cost_values = (st.integers(0, 20) | st.floats(0, 100, allow_nan=False, allow_infinity=False)
+               | st.sampled_from([0, 0.0, 0.5, 1e9]))
+
+
+@st.composite
+def partition_cases(draw):
+    costs = draw(st.lists(cost_values, min_size=1, max_size=9))
+    if draw(st.integers(0, 3)) == 0:  # one layer far costlier than the others (an embedding, a vocabulary head)
+        costs[draw(st.integers(0, len(costs) - 1))] = draw(st.sampled_from([1e9, 10**7, 123456.5]))
+    return costs, draw(st.integers(1, len(costs))), draw(st.booleans())
+
+
+# Always run: balanced ends, a huge first layer, all zeros, one layer, a stage per layer, costs where filling
+# each stage up to the average goes wrong ([2, 2, 3, 3] in 2: the average 5 is reached only by 2 + 3, and a
+# greedy fill leaves [2, 2] and [3, 3]; [5, 1, 1, 1, 1, 1, 5] in 3), a huge last layer, floats.
+PARTITION_CASES = [([4, 1, 1, 1, 1, 4], 3, False), ([10**9, 1, 2, 3], 2, True), ([0, 0, 0, 0], 3, False),
+                   ([5], 1, True), ([3, 3, 3, 3], 4, False), ([2, 2, 3, 3], 2, False), ([5, 1, 1, 1, 1, 1, 5], 3, True),
+                   ([1, 1, 1, 1, 1, 1, 1, 1, 100], 4, False), ([1.5, 0.25, 2.75, 0.5, 3.0], 2, True),
+                   ([1, 2, 3, 4, 5, 6, 7, 8, 9], 3, False), ([7, 2, 2, 2, 2, 2, 2, 7], 4, True)]
+
+
+@pytest.mark.points(3)
+@settings(max_examples=6)
+@given(cases=st.lists(partition_cases(), min_size=1, max_size=8))
+@example(cases=PARTITION_CASES)
+def test_partition_minimises_the_costliest_stage(cases):
+    got = run("ex07", _partition_driver, cases, timeout=TIMEOUT)
+    for (costs, stages, as_tuple), result in zip(cases, got):
+        where = f"partition({tuple(costs) if as_tuple else costs}, {stages})"
+        groups = _check_groups(result, costs, stages, where)
+        best, stage_costs = _best_split(costs, stages), _stage_costs(costs, groups)
+        assert max(stage_costs) <= best * (1 + 1e-9) + 1e-12, (
+            f"{where}: the costliest of your stages {groups} costs {max(stage_costs)!r} (stage costs {stage_costs}), "
+            f"but a split whose costliest stage costs {best!r} exists (found by trying every split): choose the "
+            f"boundaries that minimise the LARGEST stage cost, not the first fit")
+
+
+@pytest.mark.points(2)
+@settings(max_examples=4)
+@given(cases=st.lists(partition_cases(), min_size=1, max_size=8))
+@example(cases=PARTITION_CASES)
+def test_partition_returns_contiguous_stages(cases):
+    got = run("ex07", _partition_driver, cases, timeout=TIMEOUT)
+    for (costs, stages, as_tuple), result in zip(cases, got):
+        where = f"partition({tuple(costs) if as_tuple else costs}, {stages})"
+        _check_groups(result, costs, stages, where)
+        assert not result["is_input"], f"{where}: return a new list, not costs"
+        assert result["unchanged"], f"{where} changed its argument costs (a {'tuple' if as_tuple else 'list'}): leave it"
+
+
+BAD_PARTITIONS = [(([], 1), "costs"), (([1, -1], 1), "costs"), (([1, math.nan], 1), "costs"),
+                  (([1, math.inf], 2), "costs"), (([1, "2"], 1), "costs"), (([3, None, 2], 2), "costs"),
+                  (([1, 2], 0), "stages"), (([1, 2], 3), "stages"), (([1, 2], 1.0), "stages"),
+                  (([1, 2], True), "stages"), (([1, 2, 3], -1), "stages")]
+
+
+def _bad_partition_driver(module, cases):
+    _switch_off_shortcuts(module)
+    return [exception_raised_by(module.partition, costs, stages) for costs, stages in cases]
+
+
+@pytest.mark.points(1)
+def test_partition_rejects_bad_arguments():
+    got = run("ex07", _bad_partition_driver, [call for call, _ in BAD_PARTITIONS], timeout=TIMEOUT)
+    for ((costs, stages), broken), (raised, message) in zip(BAD_PARTITIONS, got):
+        where = f"partition({costs!r}, {stages!r})"
+        assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}".rstrip()
+        assert broken in message, (
+            f"{where}: the ValueError should name the argument to fix ({broken}) and say what to pass; it says "
+            f"{message!r}")
+
+
+# ---------------------------------------------------------------- tensor parallelism: the ranks' side
+
+COLLECTIVES = ("allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
+               "allgather_into_tensor_coalesced", "all_gather_single", "all_gather_single_coalesced", "broadcast",
+               "reduce", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
+               "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "alltoall", "alltoall_base",
+               "all_to_all_single", "gather", "gather_into_tensor", "gather_single", "scatter", "send", "recv",
+               "recv_anysource", "barrier")
+
+
+def _elements(value):
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, (list, tuple)):
+        return sum(_elements(v) for v in value)
+    return 0
+
+
+def _dtype(value):
+    if isinstance(value, torch.Tensor):
+        return str(value.dtype)
+    if isinstance(value, (list, tuple)):
+        return next((d for d in map(_dtype, value) if d), "")
+    return ""
+
+
+class _CollectiveLog:
+    """Inside a rank: log every collective where every torch.distributed function passes, the process group's methods.
+
+    Each event: [method, elements, dtype, reduce op ("SUM", ... or None), group name]. dist.all_reduce is
+    "allreduce", dist.all_gather_into_tensor "_allgather_base", dist.broadcast "broadcast", and so on.
+    """
+
+    def __init__(self):
+        self.events, self._saved = [], []
+
+    def __enter__(self):
+        from torch._C._distributed_c10d import ProcessGroup
+
+        for name in COLLECTIVES:
+            original = getattr(ProcessGroup, name, None)
+            if original is not None:
+                self._saved.append((ProcessGroup, name, original))
+                setattr(ProcessGroup, name, self._logged(name, original))
+        return self
+
+    def _logged(self, name, original):
+        log = self
+
+        def collective(group, *args, **kwargs):
+            options = next((a for a in args if hasattr(a, "reduceOp")), kwargs.get("opts"))
+            op = getattr(options, "reduceOp", None)
+            op_name = None if op is None else next(
+                (n for n in ("SUM", "AVG", "PRODUCT", "MIN", "MAX") if op == getattr(dist.ReduceOp, n)), "other")
+            tensors = args[0] if args else None
+            log.events.append([name, _elements(tensors), _dtype(tensors), op_name, group.group_name])
+            return original(group, *args, **kwargs)
+
+        return collective
+
+    def __exit__(self, *exc):
+        for owner, name, original in self._saved:
+            setattr(owner, name, original)
+        return False
+
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _make_linear(in_features, out_features, bias, dtype, seed):
+    """The same nn.Linear in every process: weights drawn from a generator seeded with `seed`."""
+    linear = nn.Linear(in_features, out_features, bias=bias, dtype=DTYPES[dtype])
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=generator, dtype=DTYPES[dtype]))
+        if bias:
+            linear.bias.copy_(torch.randn(out_features, generator=generator, dtype=DTYPES[dtype]))
+    return linear
+
+
+def _data(case, features, which):
+    """The case's input (which=1) or output gradient (which=2): shape case["lead"] + [features], the same everywhere."""
+    generator = torch.Generator().manual_seed(1000 * case["seed"] + which)
+    return torch.randn(*case["lead"], features, generator=generator, dtype=DTYPES[case["dtype"]])
+
+
+def _grad(tensor):
+    return None if tensor is None or tensor.grad is None else tensor.grad.detach().clone()
+
+
+def _shapes(layer):
+    weight, bias = getattr(layer, "weight", None), getattr(layer, "bias", None)
+    return {"weight": list(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__,
+            "bias": list(bias.shape) if isinstance(bias, torch.Tensor) else type(bias).__name__}
+
+
+def _layer_driver(rank, world_size, module, kind, cases):
+    """Build the learner's ColumnParallelLinear or RowParallelLinear, run forward and backward; what happened."""
+    _switch_off_shortcuts(module)
+    out = []
+    with _CollectiveLog() as log:
+        for case in cases:
+            if kind == "column":
+                in_features, out_features, block = case["in"], case["out"] * world_size, case["out"]
+            else:
+                in_features, out_features, block = case["in"] * world_size, case["out"], case["in"]
+            linear = _make_linear(in_features, out_features, case["bias"], case["dtype"], case["seed"])
+            full_x, full_g = _data(case, in_features, 1), _data(case, out_features, 2)
+            mine = slice(rank * block, (rank + 1) * block)
+            x = (full_x if kind == "column" else full_x[..., mine].clone()).requires_grad_()
+            g = full_g[..., mine] if kind == "column" else full_g
+            start = len(log.events)
+            layer = (module.ColumnParallelLinear if kind == "column" else module.RowParallelLinear)(linear)
+            y = layer(x)
+            info = {"type": type(y).__name__, "shapes": _shapes(layer), "events": log.events[start:]}
+            if isinstance(y, torch.Tensor):
+                info.update(shape=list(y.shape), dtype=str(y.dtype), y=y.detach().clone())
+                if y.shape == g.shape and y.requires_grad:
+                    (y * g).sum().backward()
+                    info.update(x_grad=_grad(x), weight_grad=_grad(getattr(layer, "weight", None)),
+                                bias_grad=_grad(getattr(layer, "bias", None)))
+            out.append(info)
+    return out
+
+
+def _reference_layer(case, in_features, out_features):
+    """nn.Linear on the whole input, in this process: output, and the gradients of sum(output * g)."""
+    linear = _make_linear(in_features, out_features, case["bias"], case["dtype"], case["seed"])
+    x = _data(case, in_features, 1).requires_grad_()
+    y = linear(x)
+    (y * _data(case, out_features, 2)).sum().backward()
+    return {"y": y.detach(), "x_grad": x.grad, "weight_grad": linear.weight.grad,
+            "bias_grad": linear.bias.grad if case["bias"] else None, "bias": linear.bias.detach() if case["bias"] else None}
+
+
+def _describe(case, in_features, out_features, world_size):
+    shape = tuple(case["lead"]) + (in_features,)
+    return (f"nn.Linear({in_features}, {out_features}, bias={case['bias']}) in {world_size} rank(s), input of shape "
+            f"{shape}, {case['dtype']}")
+
+
+def _close(got, want, message):
+    torch.testing.assert_close(got, want, msg=lambda m: f"{message}\n{m}")
+
+
+tp_cases = st.fixed_dictionaries({
+    "lead": st.sampled_from([[1], [3], [2, 3], [1, 1], [4, 2]]) | st.lists(st.integers(1, 3), min_size=1, max_size=2),
+    "in": st.integers(1, 4), "out": st.integers(1, 4), "bias": st.booleans(),
+    "dtype": st.sampled_from(sorted(DTYPES)), "seed": st.integers(0, 10**4)})
+# Always run: a batch of one row, a 3-d input (batch, seq, features) in float64, a layer without bias, one
+# feature per rank.
+TP_CASES = [{"lead": [1], "in": 3, "out": 2, "bias": True, "dtype": "float32", "seed": 1},
+            {"lead": [2, 3], "in": 2, "out": 3, "bias": True, "dtype": "float64", "seed": 2},
+            {"lead": [4], "in": 5, "out": 1, "bias": False, "dtype": "float32", "seed": 3},
+            {"lead": [3, 1], "in": 1, "out": 2, "bias": True, "dtype": "float64", "seed": 4}]
+
+
+def _check_output_type(info, want_shape, dtype, where):
+    assert info["type"] == "Tensor", f"{where}: forward must return a torch.Tensor, got {info['type']}"
+    assert info["shape"] == list(want_shape), (
+        f"{where}: forward should return shape {tuple(want_shape)}, got {tuple(info['shape'])}")
+    assert info["dtype"] == f"torch.{dtype}", f"{where}: the output must keep the input's dtype torch.{dtype}"
+    assert "x_grad" in info, f"{where}: the output must be part of the autograd graph (backward through it)"
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@settings(max_examples=2)
+@given(cases=st.lists(tp_cases, min_size=1, max_size=3))
+@example(cases=TP_CASES)
+def test_column_parallel_linear_matches_nn_linear(world_size, cases):
+    got = run("ex07", _layer_driver, "column", cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        in_features, out_features, block = case["in"], case["out"] * world_size, case["out"]
+        want = _reference_layer(case, in_features, out_features)
+        for rank in range(world_size):
+            info = got[rank][index]
+            mine = slice(rank * block, (rank + 1) * block)
+            where = (f"ColumnParallelLinear({_describe(case, in_features, out_features, world_size)}), rank {rank}, "
+                     f"output features {mine.start} .. {mine.stop - 1}")
+            assert info["shapes"]["weight"] == [block, in_features], (
+                f"{where}: self.weight should be this rank's {block} rows of the weight, shape ({block}, "
+                f"{in_features}), got {info['shapes']['weight']}")
+            _check_output_type(info, list(case["lead"]) + [block], case["dtype"], where)
+            _close(info["y"], want["y"][..., mine],
+                   f"{where}: forward should return this rank's slice of linear(x), columns {mine.start} .. "
+                   f"{mine.stop - 1} of the output (rows {mine.start} .. {mine.stop - 1} of the weight and the bias)")
+            assert info["x_grad"] is not None, f"{where}: x got no gradient"
+            _close(info["x_grad"], want["x_grad"],
+                   f"{where}: the gradient with respect to x must be the whole gradient, the SUM over the ranks of "
+                   f"each rank's part (g_r @ W_r): all-reduce it in backward (an autograd Function that is the "
+                   f"identity in forward), never in forward")
+            assert info["weight_grad"] is not None, f"{where}: self.weight got no gradient (keep it an nn.Parameter)"
+            _close(info["weight_grad"], want["weight_grad"][mine],
+                   f"{where}: self.weight.grad should be rows {mine.start} .. {mine.stop - 1} of nn.Linear's weight "
+                   f"gradient")
+            if case["bias"]:
+                assert info["shapes"]["bias"] == [block], f"{where}: self.bias should be this rank's {block} entries"
+                assert info["bias_grad"] is not None, f"{where}: self.bias got no gradient"
+                _close(info["bias_grad"], want["bias_grad"][mine],
+                       f"{where}: self.bias.grad should be entries {mine.start} .. {mine.stop - 1} of nn.Linear's "
+                       f"bias gradient")
+            else:
+                assert info["shapes"]["bias"] == "NoneType", f"{where}: the layer has no bias: self.bias is None"
+
+
+def _row_hint(got, want, world_size):
+    """What the usual mistake is, for a RowParallelLinear output that differs from nn.Linear's."""
+    if world_size > 1 and want["bias"] is not None and torch.allclose(got, want["y"] + (world_size - 1) * want["bias"]):
+        return (f"the bias was added {world_size} times: add it ONCE, after the all-reduce, not on every rank "
+                "before it")
+    if world_size > 1:
+        partial = want["y"] - (want["bias"] if want["bias"] is not None else 0)
+        if want["bias"] is not None and torch.allclose(got, partial / world_size + want["bias"]):
+            return "that is the MEAN of the ranks' partial products: the all-reduce must SUM them"
+        if torch.allclose(got, partial / world_size) or torch.allclose(got, want["y"] / world_size):
+            return "that is the MEAN of the ranks' partial products: the all-reduce must SUM them"
+    return ("compute x_r @ W_r.T with this rank's block of columns, all-reduce (sum) it, then add the whole bias "
+            "once")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@settings(max_examples=2)
+@given(cases=st.lists(tp_cases, min_size=1, max_size=3))
+@example(cases=TP_CASES)
+def test_row_parallel_linear_matches_nn_linear(world_size, cases):
+    got = run("ex07", _layer_driver, "row", cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        in_features, out_features, block = case["in"] * world_size, case["out"], case["in"]
+        want = _reference_layer(case, in_features, out_features)
+        for rank in range(world_size):
+            info = got[rank][index]
+            mine = slice(rank * block, (rank + 1) * block)
+            where = (f"RowParallelLinear({_describe(case, in_features, out_features, world_size)}), rank {rank}, "
+                     f"input features {mine.start} .. {mine.stop - 1}")
+            assert info["shapes"]["weight"] == [out_features, block], (
+                f"{where}: self.weight should be this rank's {block} columns of the weight, shape ({out_features}, "
+                f"{block}), got {info['shapes']['weight']}")
+            _check_output_type(info, list(case["lead"]) + [out_features], case["dtype"], where)
+            if not torch.allclose(info["y"], want["y"], rtol=1.3e-6, atol=1e-5):
+                _close(info["y"], want["y"], f"{where}: forward should return linear(x_full) on every rank: "
+                                             f"{_row_hint(info['y'], want, world_size)}")
+            assert info["x_grad"] is not None, f"{where}: x got no gradient"
+            _close(info["x_grad"], want["x_grad"][..., mine],
+                   f"{where}: the gradient with respect to this rank's slice of x should be that slice of "
+                   f"nn.Linear's input gradient (g @ W_r; every rank already has the whole g: no all-reduce in "
+                   f"backward)")
+            assert info["weight_grad"] is not None, f"{where}: self.weight got no gradient (keep it an nn.Parameter)"
+            _close(info["weight_grad"], want["weight_grad"][:, mine],
+                   f"{where}: self.weight.grad should be columns {mine.start} .. {mine.stop - 1} of nn.Linear's "
+                   f"weight gradient")
+            if case["bias"]:
+                assert info["shapes"]["bias"] == [out_features], f"{where}: self.bias should be the whole bias"
+                assert info["bias_grad"] is not None, f"{where}: self.bias got no gradient"
+                _close(info["bias_grad"], want["bias_grad"],
+                       f"{where}: self.bias.grad should be nn.Linear's whole bias gradient (the bias is added once, "
+                       f"after the all-reduce, on every rank)")
+            else:
+                assert info["shapes"]["bias"] == "NoneType", f"{where}: the layer has no bias: self.bias is None"
+
+
+def _storage(tensor):
+    return tensor.untyped_storage().data_ptr() if tensor.numel() else None
+
+
+def _shard_driver(rank, world_size, module, cases):
+    """Build each layer; list what it keeps (parameters, buffers, tensor attributes), whether any of it is a view of
+    the nn.Linear's tensors, and the collectives started while building it."""
+    _switch_off_shortcuts(module)
+    out = []
+    with _CollectiveLog() as log:
+        for kind, in_features, out_features, bias in cases:
+            linear = _make_linear(in_features, out_features, bias, "float32", 7)
+            originals = [t.detach().clone() for t in linear.parameters()]
+            full = {_storage(t) for t in linear.parameters()}
+            start = len(log.events)
+            layer = (module.ColumnParallelLinear if kind == "column" else module.RowParallelLinear)(linear)
+            kept = {}
+            if isinstance(layer, nn.Module):
+                for sub in layer.modules():
+                    for name, value in vars(sub).items():
+                        if isinstance(value, torch.Tensor) and not isinstance(value, nn.Parameter):
+                            kept[f"{type(sub).__name__}.{name}"] = value
+                for name, value in list(layer.named_parameters()) + list(layer.named_buffers()):
+                    kept[name] = value
+            out.append({
+                "module": isinstance(layer, nn.Module),
+                "parameters": {name: [list(p.shape), str(p.dtype), p.requires_grad]
+                               for name, p in layer.named_parameters()} if isinstance(layer, nn.Module) else {},
+                "weight_is_parameter": isinstance(getattr(layer, "weight", None), nn.Parameter),
+                "kept": {name: value.numel() for name, value in kept.items()},
+                "views": sorted(name for name, value in kept.items() if _storage(value) in full),
+                "linear_unchanged": all(torch.equal(a, b) for a, b in zip(linear.parameters(), originals)),
+                "events": log.events[start:]})
+    return out
+
+
+SHARD_CASES = [("column", 6, 8, True), ("column", 5, 4, False), ("row", 8, 6, True), ("row", 4, 3, False)]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2])
+def test_parallel_linears_keep_only_their_shard(world_size):
+    got = run("ex07", _shard_driver, SHARD_CASES, world_size=world_size, timeout=TIMEOUT)
+    for rank in range(world_size):
+        for (kind, in_features, out_features, bias), info in zip(SHARD_CASES, got[rank]):
+            name = "ColumnParallelLinear" if kind == "column" else "RowParallelLinear"
+            where = f"{name}(nn.Linear({in_features}, {out_features}, bias={bias})), rank {rank} of {world_size}"
+            assert info["module"], f"{where} must be an nn.Module"
+            assert not info["events"], (
+                f"{where}: building the layer must not communicate (every rank built the same nn.Linear: keep your "
+                f"block of it); it started {[e[0] for e in info['events']]}")
+            if kind == "column":
+                shard = (out_features // world_size) * (in_features + bias)
+                what = f"{out_features // world_size} of the {out_features} rows of the weight and of the bias"
+            else:
+                shard = out_features * (in_features // world_size) + out_features * bias
+                what = f"{in_features // world_size} of the {in_features} columns of the weight, and the whole bias"
+            assert info["weight_is_parameter"], f"{where}: self.weight must be an nn.Parameter"
+            assert all(requires for _, _, requires in info["parameters"].values()), (
+                f"{where}: the parameters must require gradients: {info['parameters']}")
+            assert all(dtype == "torch.float32" for _, dtype, _ in info["parameters"].values()), (
+                f"{where}: keep the nn.Linear's dtype: {info['parameters']}")
+            assert sum(info["kept"].values()) == shard, (
+                f"{where}: this rank should keep {shard} numbers, {what}, and nothing else: the full weight must not "
+                f"be kept (as a parameter, a buffer, an attribute, or the nn.Linear itself); the layer keeps "
+                f"{info['kept']}")
+            assert not info["views"], (
+                f"{where}: {info['views']} is a view of the nn.Linear's own tensors: copy your block into a new "
+                f"nn.Parameter (.detach().clone()), so that the full weight can be freed")
+            assert info["linear_unchanged"], f"{where}: the nn.Linear passed in must be left as it was"
+
+
+def _mlp_driver(rank, world_size, module, cases):
+    """The Megatron MLP RowParallelLinear(fc2)(gelu(ColumnParallelLinear(fc1)(x))): outputs, gradients, collectives."""
+    _switch_off_shortcuts(module)
+    out = []
+    with _CollectiveLog() as log:
+        for case in cases:
+            if case["groups"] == "pairs":  # ranks 0 and 1 together, 2 and 3 together (every rank makes every group)
+                groups = [dist.new_group([r, r + 1]) for r in range(0, world_size, 2)]
+                group, size, grank = groups[rank // 2], 2, rank % 2
+            else:
+                group, size, grank = None, world_size, rank
+            hidden = case["hidden"] * size
+            fc1 = _make_linear(case["in"], hidden, case["bias"], case["dtype"], case["seed"])
+            fc2 = _make_linear(hidden, case["out"], case["bias"], case["dtype"], case["seed"] + 1)
+            x, g = _data(case, case["in"], 1).requires_grad_(), _data(case, case["out"], 2)
+            built = len(log.events)
+            if group is None:
+                first, second = module.ColumnParallelLinear(fc1), module.RowParallelLinear(fc2)
+            else:
+                first, second = module.ColumnParallelLinear(fc1, group=group), module.RowParallelLinear(fc2, group=group)
+            forward = len(log.events)
+            y = second(F.gelu(first(x)))
+            backward = len(log.events)
+            info = {"type": type(y).__name__, "group": (group or dist.group.WORLD).group_name, "rank": grank,
+                    "size": size, "build": log.events[built:forward], "forward": log.events[forward:backward]}
+            if isinstance(y, torch.Tensor) and y.shape == g.shape and y.requires_grad:
+                (y * g).sum().backward()
+                info.update(y=y.detach().clone(), x_grad=_grad(x),
+                            grads=[_grad(getattr(layer, name, None)) for layer in (first, second)
+                                   for name in ("weight", "bias")])
+            info["backward"] = log.events[backward:]
+            out.append(info)
+    return out
+
+
+def _reference_mlp(case, size):
+    fc1 = _make_linear(case["in"], case["hidden"] * size, case["bias"], case["dtype"], case["seed"])
+    fc2 = _make_linear(case["hidden"] * size, case["out"], case["bias"], case["dtype"], case["seed"] + 1)
+    x = _data(case, case["in"], 1).requires_grad_()
+    y = fc2(F.gelu(fc1(x)))
+    (y * _data(case, case["out"], 2)).sum().backward()
+    return y.detach(), x.grad, fc1, fc2
+
+
+def _collectives(events):
+    return [f"{e[0]}({e[1]} elements, {e[3] or ''})".replace(", )", ")") for e in events]
+
+
+mlp_cases = st.fixed_dictionaries({
+    "lead": st.sampled_from([[1], [2], [2, 3], [1, 4]]), "in": st.integers(1, 5), "hidden": st.integers(1, 3),
+    "out": st.integers(1, 5), "bias": st.booleans(), "dtype": st.sampled_from(sorted(DTYPES)),
+    "groups": st.sampled_from(["world", "pairs"]), "seed": st.integers(0, 10**4)})
+# Always run: (batch, seq, features) with in_features != out_features (so the two all-reduces' sizes differ), a
+# batch of one row without bias, and the same MLP on groups of two ranks.
+MLP_CASES = [{"lead": [2, 3], "in": 5, "hidden": 2, "out": 3, "bias": True, "dtype": "float32", "groups": "world",
+              "seed": 1},
+             {"lead": [1], "in": 4, "hidden": 1, "out": 2, "bias": False, "dtype": "float64", "groups": "world",
+              "seed": 2},
+             {"lead": [3], "in": 2, "hidden": 3, "out": 4, "bias": True, "dtype": "float64", "groups": "pairs",
+              "seed": 3}]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 4])
+@settings(max_examples=2)
+@given(cases=st.lists(mlp_cases, min_size=1, max_size=3))
+@example(cases=MLP_CASES)
+def test_megatron_mlp_all_reduces_once_each_way(world_size, cases):
+    got = run("ex07", _mlp_driver, cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        for rank in range(world_size):
+            info = got[rank][index]
+            size, grank = info["size"], info["rank"]
+            hidden = case["hidden"] * size
+            y, x_grad, fc1, fc2 = _reference_mlp(case, size)
+            groups = "the default group" if case["groups"] == "world" else f"a group of ranks {rank - grank}, {rank - grank + 1}"
+            where = (f"the MLP RowParallelLinear(nn.Linear({hidden}, {case['out']}))(gelu(ColumnParallelLinear("
+                     f"nn.Linear({case['in']}, {hidden}))(x))), bias={case['bias']}, x of shape "
+                     f"{tuple(case['lead']) + (case['in'],)}, {case['dtype']}, rank {rank} of {world_size} on {groups}")
+            assert not info["build"], (
+                f"{where}: building the layers must not communicate; it started {_collectives(info['build'])}")
+            assert info["type"] == "Tensor" and "y" in info, (
+                f"{where}: the MLP should return a tensor of shape {tuple(case['lead']) + (case['out'],)} that is part "
+                f"of the autograd graph")
+            _close(info["y"], y, f"{where}: the output should be the whole MLP's, on every rank")
+            _close(info["x_grad"], x_grad, f"{where}: x.grad should be the whole MLP's input gradient")
+            block = slice(grank * case["hidden"], (grank + 1) * case["hidden"])
+            wants = [fc1.weight.grad[block], fc1.bias.grad[block] if case["bias"] else None,
+                     fc2.weight.grad[:, block], fc2.bias.grad if case["bias"] else None]
+            names = ["the column layer's weight", "the column layer's bias", "the row layer's weight",
+                     "the row layer's bias"]
+            for name, mine, want in zip(names, info["grads"], wants):
+                if want is not None:
+                    assert mine is not None, f"{where}: {name} got no gradient"
+                    _close(mine, want, f"{where}: the gradient of {name} should be this rank's block of the whole "
+                                       f"MLP's (rank {grank} of its group of {size})")
+            elements = math.prod(case["lead"])
+            forward, backward = info["forward"], info["backward"]
+            want_forward = ["allreduce", elements * case["out"], f"torch.{case['dtype']}", "SUM", info["group"]]
+            want_backward = ["allreduce", elements * case["in"], f"torch.{case['dtype']}", "SUM", info["group"]]
+            assert forward == [want_forward], (
+                f"{where}: forward should start exactly one collective, the all-reduce (sum) of the row layer's "
+                f"partial outputs, {elements} x {case['out']} = {elements * case['out']} elements, on the layers' "
+                f"group (no all-gather: the column layer's output stays sharded into the row layer); it started "
+                f"{_collectives(forward) or 'none'}" + (" on another group" if forward and forward[0][:4] ==
+                                                       want_forward[:4] else ""))
+            assert backward == [want_backward], (
+                f"{where}: backward should start exactly one collective, the all-reduce (sum) of the column layer's "
+                f"input gradient, {elements} x {case['in']} = {elements * case['in']} elements (the row layer's "
+                f"backward needs none: every rank holds the whole output gradient); it started "
+                f"{_collectives(backward) or 'none'}" + (" on another group" if backward and backward[0][:4] ==
+                                                         want_backward[:4] else ""))
+
+
+INDIVISIBLE = [("column", 4, 3, "raises"), ("column", 3, 4, "builds"), ("row", 3, 4, "raises"),
+               ("row", 4, 3, "builds"), ("column", 6, 5, "raises"), ("row", 7, 2, "raises")]
+
+
+def _indivisible_driver(rank, world_size, module, cases):
+    _switch_off_shortcuts(module)
+    out = []
+    for kind, in_features, out_features, _ in cases:
+        linear = _make_linear(in_features, out_features, True, "float32", 5)
+        out.append(exception_raised_by(module.ColumnParallelLinear if kind == "column" else module.RowParallelLinear,
+                                       linear))
+    return out
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [2])
+def test_parallel_linears_reject_indivisible_sizes(world_size):
+    got = run("ex07", _indivisible_driver, INDIVISIBLE, world_size=world_size, timeout=TIMEOUT)
+    for rank in range(world_size):
+        for (kind, in_features, out_features, outcome), (raised, message) in zip(INDIVISIBLE, got[rank]):
+            name = "ColumnParallelLinear" if kind == "column" else "RowParallelLinear"
+            split = "out_features" if kind == "column" else "in_features"
+            where = f"{name}(nn.Linear({in_features}, {out_features})) in {world_size} ranks, rank {rank}"
+            if outcome == "raises":
+                assert raised == "ValueError", (
+                    f"{where} must raise ValueError: {split} is not divisible by the world size {world_size}; got "
+                    + ("no error" if raised == "returned" else f"{raised} {message}"))
+            else:
+                assert raised == "returned", (
+                    f"{where} must build: {name} splits {split}, which the world size divides (the other dimension "
+                    f"is not split); it raised {raised} {message}")
