@@ -28,7 +28,7 @@ rank), relay.py (the ranks' output), torchrun.py.
 from course_lib.dist.backend import LaunchError, choose_backend, rank_device
 from course_lib.dist.forkserver import start_fork_server
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, launch, run_ranks
-from course_lib.dist.torchrun import torchrun
+from course_lib.dist.torchrun import torchrun, torchrun_nodes
 
-__all__ = ["launch", "torchrun", "choose_backend", "rank_device", "start_fork_server", "run_ranks", "RankJob",
+__all__ = ["launch", "torchrun", "torchrun_nodes", "choose_backend", "rank_device", "start_fork_server", "run_ranks", "RankJob",
            "LaunchError", "RankFailed", "LaunchTimeout"]

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from course_lib.devices import cuda_gpu_count
-from course_lib.dist import LaunchError, LaunchTimeout, RankFailed, launch, start_fork_server, torchrun
+from course_lib.dist import (LaunchError, LaunchTimeout, RankFailed, launch, start_fork_server, torchrun,
+                             torchrun_nodes)
 
 
 def _sum_of_ranks(rank, world_size):
@@ -308,9 +309,25 @@ def test_torchrun_streams_the_scripts_output(tmp_path, capsys):
     assert "rank 0 of 2 local 0 sum 3" in out and "rank 1 of 2 local 1 sum 3" in out
 
 
+def test_torchrun_nodes_joins_two_agents_into_one_world(tmp_path, capsys):
+    """Two torchrun agents, one per "node", 2 processes each, meet through c10d rendezvous at a free port."""
+    script = tmp_path / "allreduce.py"
+    script.write_text(TORCHRUN_SCRIPT.replace("local {os.environ['LOCAL_RANK']}",
+                                              "local {os.environ['LOCAL_RANK']} node {os.environ['GROUP_RANK']}"))
+    codes = torchrun_nodes(script, 2, 2, timeout=180)
+    out = capsys.readouterr().out
+    assert codes == [0, 0], out
+    seen = sorted(line.split("] ", 1)[1] for line in out.splitlines() if " of 4 " in line)
+    assert len(seen) == 4 and all(line.endswith("sum 10") for line in seen), out   # 1 + 2 + 3 + 4
+    assert {line.split(" node ")[1].split()[0] for line in seen} == {"0", "1"}, out
+    assert "--rdzv-endpoint 127.0.0.1:" in out and "29500" not in out
+
+
 def test_torchrun_with_a_missing_script_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="no script"):
         torchrun(tmp_path / "nope.py", 2)
+    with pytest.raises(FileNotFoundError, match="no script"):
+        torchrun_nodes(tmp_path / "nope.py", 2, 1)
 
 
 def _flood(rank, world_size):
