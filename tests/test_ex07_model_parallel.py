@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.grading import exception_raised_by, run
+from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
 
 TIMEOUT = 60  # s: a rank waiting in an all-reduce its peers never start hangs; fail it in time
 KINDS = ("gpipe", "1f1b")
@@ -63,26 +64,14 @@ def _refuser(label):
     return refused
 
 
-def _defined_in(module):
-    """The functions and classes a module defines itself (not the ones it imports)."""
-    import inspect
-
-    return [(name, value) for name, value in list(vars(module).items())
-            if not name.startswith("__") and (inspect.isfunction(value) or inspect.isclass(value))
-            and getattr(value, "__module__", None) == module.__name__]
-
-
 def _replace(module, name, label, replaced):
-    """module.name refuses from now on; `replaced` remembers (original, refuser) to fix names imported before."""
-    refuser = _refuser(label)
-    replaced.append((getattr(module, name), refuser))
-    setattr(module, name, refuser)
+    replace(module, name, _refuser(label), replaced)
 
 
 def _switch_off_schedules(module, replaced):
     """torch.distributed.pipelining.schedules: every schedule class refuses to be built, every function to run."""
     base = getattr(module, "_PipelineSchedule", None)
-    for name, value in _defined_in(module):
+    for name, value in defined_in(module):
         if isinstance(value, type):
             if base is not None and issubclass(value, base):
                 value.__init__ = _refuser(f"torch's {name}")
@@ -101,7 +90,7 @@ def _switch_off_tensor_parallel(module, replaced):
 
 def _switch_off_lesson_module(module, replaced):
     """A new course_lib.parallel module (lesson 07's schedule simulator, tensor-parallel helpers): all of it refuses."""
-    for name, _ in _defined_in(module):
+    for name, _ in defined_in(module):
         _replace(module, name, f"{module.__name__}.{name} (the lesson's own code)", replaced)
 
 
@@ -118,59 +107,8 @@ def _switcher(fullname):
 
 
 def _switch_off_shortcuts(learner):
-    """In the child: the shortcuts refuse to run, those imported already at once, the others as they are imported.
-
-    An import hook, not an import here: importing torch.distributed.pipelining takes over a second, and the
-    learner's code that never imports it should not pay for it. Names the learner's file imported before (from
-    ... import simulate) are pointed at the refusing versions too.
-    """
-    import importlib.abc
-    import sys
-
-    import torch.distributed._functional_collectives as funcol
-
-    replaced = []
-    for name in ("all_reduce", "all_reduce_inplace", "all_reduce_coalesced", "all_gather_tensor",
-                 "all_gather_tensor_autograd", "all_gather_tensor_inplace", "all_gather_into_tensor_coalesced",
-                 "reduce_scatter_tensor", "reduce_scatter_tensor_autograd", "reduce_scatter_tensor_coalesced",
-                 "all_to_all_single", "all_to_all_single_autograd", "broadcast", "permute_tensor"):
-        if hasattr(funcol, name):
-            _replace(funcol, name, f"torch's functional collective {name}", replaced)
-    for fullname, module in list(sys.modules.items()):
-        switch = _switcher(fullname)
-        if switch is not None and module is not None:
-            switch(module, replaced)
-    for name, value in list(vars(learner).items()):
-        for original, refuser in replaced:
-            if value is original:
-                setattr(learner, name, refuser)
-
-    class SwitchOffOnImport(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path, target=None):
-            switch = _switcher(fullname)
-            if switch is None:
-                return None
-            for finder in sys.meta_path:
-                if finder is self or not hasattr(finder, "find_spec"):
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    break
-            else:
-                return None
-            loader = spec.loader
-            if loader is not None and hasattr(loader, "exec_module"):
-                original = loader.exec_module
-
-                def exec_module(module):
-                    original(module)
-                    switch(module, [])
-
-                loader.exec_module = exec_module
-            return spec
-
-    if not any(type(finder).__name__ == "SwitchOffOnImport" for finder in sys.meta_path):
-        sys.meta_path.insert(0, SwitchOffOnImport())
+    """In the child: the shortcuts refuse to run (course_lib.grading.shortcuts)."""
+    switch_off_shortcuts(learner, _switcher, _refuser)
 
 
 # ---------------------------------------------------------------- the reference schedules

@@ -1,0 +1,100 @@
+"""Shortcuts switched off in the child while an exercise is graded: torch's or the course's own version of what the
+learner is asked to write refuses to run (graded tests of exercises 07 and 08).
+
+    from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
+
+    def _switcher(fullname):                  # which modules to switch off, and how (None: leave it alone)
+        if fullname == "torch.distributed.pipelining.schedules":
+            return _switch_off_schedules      # (module, replaced) -> None, calling replace(...) for each name
+
+    def _driver(module, cases):
+        switch_off_shortcuts(module, _switcher, _refuser)   # first thing in the child
+        ...
+
+Modules already imported are switched off at once; the others as they are imported, by an import hook, so that
+learner code that never imports them does not pay for importing them. Names the learner's file imported before
+(`from torch.distributed.fsdp import fully_shard`) are pointed at the refusing versions too. torch's functional
+collectives are always switched off: they would bypass the tests' log of collectives.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import inspect
+import sys
+from collections.abc import Callable
+
+__all__ = ["defined_in", "replace", "switch_off_shortcuts", "FUNCTIONAL_COLLECTIVES"]
+
+FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_reduce_inplace", "all_reduce_coalesced", "all_gather_tensor",
+                          "all_gather_tensor_autograd", "all_gather_tensor_inplace",
+                          "all_gather_into_tensor_coalesced", "reduce_scatter_tensor",
+                          "reduce_scatter_tensor_autograd", "reduce_scatter_tensor_coalesced", "all_to_all_single",
+                          "all_to_all_single_autograd", "broadcast", "permute_tensor")
+
+
+def defined_in(module) -> list[tuple[str, object]]:
+    """The functions and classes a module defines itself (not the ones it imports)."""
+    return [(name, value) for name, value in list(vars(module).items())
+            if not name.startswith("__") and (inspect.isfunction(value) or inspect.isclass(value))
+            and getattr(value, "__module__", None) == module.__name__]
+
+
+def replace(module, name: str, refuser: Callable, replaced: list) -> None:
+    """module.name is `refuser` from now on; `replaced` remembers (original, refuser) to fix names imported before."""
+    replaced.append((getattr(module, name), refuser))
+    setattr(module, name, refuser)
+
+
+def switch_off_shortcuts(learner, switcher: Callable, refuser: Callable[[str], Callable]) -> None:
+    """In the child: every module `switcher(fullname)` names is switched off, now or when it is imported.
+
+    switcher(fullname) returns None or a function switch(module, replaced) that switches the module's shortcuts off
+    (with `replace`); refuser(label) makes the function that raises, saying what to write instead.
+    """
+    import torch.distributed._functional_collectives as funcol
+
+    replaced: list = []
+    for name in FUNCTIONAL_COLLECTIVES:
+        if hasattr(funcol, name):
+            replace(funcol, name, refuser(f"torch's functional collective {name}"), replaced)
+    for fullname, module in list(sys.modules.items()):
+        switch = switcher(fullname)
+        if switch is not None and module is not None:
+            switch(module, replaced)
+    for name, value in list(vars(learner).items()):
+        for original, refusing in replaced:
+            if value is original:
+                setattr(learner, name, refusing)
+    if not any(isinstance(finder, _SwitchOffOnImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _SwitchOffOnImport(switcher))
+
+
+class _SwitchOffOnImport(importlib.abc.MetaPathFinder):
+    """Finds a module as the other finders would, and switches it off right after it has run."""
+
+    def __init__(self, switcher: Callable):
+        self.switcher = switcher
+
+    def find_spec(self, fullname, path, target=None):
+        switch = self.switcher(fullname)
+        if switch is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is not None and hasattr(loader, "exec_module"):
+            original = loader.exec_module
+
+            def exec_module(module):
+                original(module)
+                switch(module, [])
+
+            loader.exec_module = exec_module
+        return spec
