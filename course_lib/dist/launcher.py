@@ -65,6 +65,11 @@ class RankJob:
     prefix_output: bool = True  # "[rank N] " before each line a rank prints
     plain_results: bool = False  # results come back only as plain data (torch.load weights_only)
     env: dict[str, str] | None = None  # extra environment variables for the ranks
+    # gloo ranks run on the CPU: hide CUDA from them (CUDA_VISIBLE_DEVICES=""), unless env sets it. Else torch code
+    # that asks torch.cuda.is_available() takes a GPU path on the ranks' CPU tensors (seen on one GPU, torch 2.11:
+    # fully_shard's default mesh calls cuda.set_device(rank); PowerSGD's hook synchronizes a CPU device; a gloo
+    # DeviceMesh makes a second group). launch() sets it; the graders' runner does not (their tests use the GPU).
+    gloo_ranks_see_no_gpu: bool = False
     # The grader's policy: prepare_folder(path) here, apply() in each rank, and fork_server_executable,
     # the sandbox (or None) the ranks are forked in. Learners' launches carry none.
     confinement: Any = None
@@ -78,9 +83,12 @@ def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | N
     timeout: seconds for the whole run; then every rank is killed.
     quiet: do not print the line that says which backend runs.
     env: environment variables for the ranks (e.g. {"NCCL_DEBUG": "INFO"}), on top of this process's own.
+    Under gloo the ranks run on the CPU and see no CUDA GPU (CUDA_VISIBLE_DEVICES is "" unless env sets it), so a
+    machine with fewer GPUs than ranks runs the same code as a laptop.
     Raises RankFailed (a rank raised or exited early) or LaunchTimeout (a hang).
     """
-    return run_ranks(RankJob(fn, world_size, args, backend=backend, timeout=timeout, quiet=quiet, env=env))
+    return run_ranks(RankJob(fn, world_size, args, backend=backend, timeout=timeout, quiet=quiet, env=env,
+                             gloo_ranks_see_no_gpu=True))
 
 
 def run_ranks(job: RankJob) -> list[Any]:
@@ -180,7 +188,7 @@ class _Launch:
             threads=max(1, usable_cores() // self.n),
             plain_results=self.job.plain_results,
             # The ranks fork from a server started earlier: hand them this process's environment as it is now.
-            env={**os.environ, **(self.job.env or {})},
+            env={**os.environ, **self._hidden_gpus(), **(self.job.env or {})},
             confinement=self.job.confinement,
         )
         for rank in range(self.n):
@@ -197,6 +205,10 @@ class _Launch:
             self.result_conns[result_r] = rank
             self.relay.watch(out_r, rank, 1)
             self.relay.watch(err_r, rank, 2)
+
+    def _hidden_gpus(self) -> dict[str, str]:
+        hide = self.job.gloo_ranks_see_no_gpu and self.job.init_process_group and self.backend == "gloo"
+        return {"CUDA_VISIBLE_DEVICES": ""} if hide else {}
 
     def wait(self) -> list[Any]:
         deadline = time.monotonic() + self.job.timeout

@@ -17,6 +17,7 @@ import torch
 from course_lib.devices import cuda_gpu_count
 from course_lib.dist import (LaunchError, LaunchTimeout, RankFailed, launch, start_fork_server, torchrun,
                              torchrun_nodes)
+from course_lib.dist.launcher import RankJob, run_ranks
 
 
 def _sum_of_ranks(rank, world_size):
@@ -270,6 +271,20 @@ def test_nccl_without_enough_gpus_says_what_to_do():
         launch(_sum_of_ranks, 2, backend="nccl")
 
 
+def _what_cuda_the_rank_sees(rank, world_size):
+    return os.environ.get("CUDA_VISIBLE_DEVICES"), torch.cuda.is_available(), torch.cuda.device_count()
+
+
+def test_gloo_ranks_see_no_gpu_unless_env_says_so_and_the_graders_runner_keeps_it(monkeypatch):
+    # A machine with fewer GPUs than ranks runs gloo ranks as a laptop would: torch code that asks
+    # torch.cuda.is_available() (FSDP2's default mesh, PowerSGD's hook) must not take its GPU path.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert launch(_what_cuda_the_rank_sees, 2, backend="gloo", quiet=True) == [("", False, 0)] * 2
+    assert launch(_what_cuda_the_rank_sees, 2, quiet=True, env={"CUDA_VISIBLE_DEVICES": "0"})[0][0] == "0"
+    graded = run_ranks(RankJob(_what_cuda_the_rank_sees, 2, backend="gloo", quiet=True))
+    assert [seen for seen, _, _ in graded] == ["0", "0"], "graded tests on a GPU machine keep their GPU"
+
+
 @pytest.mark.gpu(2)
 def test_nccl_ranks_each_get_their_own_gpu():
     def on_gpu(rank, world_size):
@@ -286,6 +301,7 @@ def test_nccl_ranks_each_get_their_own_gpu():
 
 TORCHRUN_SCRIPT = """
 import os
+import sys
 from datetime import timedelta
 import torch
 import torch.distributed as dist
@@ -294,7 +310,9 @@ dist.init_process_group("gloo", timeout=timedelta(seconds=60))
 try:
     t = torch.tensor([float(dist.get_rank() + 1)])
     dist.all_reduce(t)
-    print(f"rank {dist.get_rank()} of {dist.get_world_size()} local {os.environ['LOCAL_RANK']} sum {t.item():g}")
+    # one write per line: an unbuffered print writes the text and the newline apart, and two ranks' lines can mix
+    sys.stdout.write(f"rank {dist.get_rank()} of {dist.get_world_size()} local {os.environ['LOCAL_RANK']} sum {t.item():g}\\n")
+    sys.stdout.flush()
 finally:
     dist.destroy_process_group()
 """

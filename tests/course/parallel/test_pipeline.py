@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import math
 
-import matplotlib
+import matplotlib.pyplot
 import pytest
 import torch
 from hypothesis import given, settings

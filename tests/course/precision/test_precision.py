@@ -198,7 +198,9 @@ def test_round_to_keeps_the_kind_and_leaves_tensors_alone():
     for name in FORMATS:
         out = round_to(x, name)
         assert out.dtype == torch.float64 and out.shape == x.shape and out.data_ptr() != x.data_ptr()
-        assert out.tolist() == [[round_to(v, name) for v in row] for row in x.tolist()]
+        one_by_one = torch.tensor([[round_to(v, name) for v in row] for row in x.tolist()], dtype=torch.float64)
+        # equal_nan: 70000 in fp8 e4m3 is NaN before torch 2.14 (which saturates it at 448)
+        torch.testing.assert_close(out, one_by_one, rtol=0, atol=0, equal_nan=True)
     assert torch.equal(x, before)
     assert isinstance(round_to(1, "bf16"), float) and round_to(1, "bf16") == 1.0
 
