@@ -55,7 +55,9 @@ BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the brows
 # Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
 CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 # Commands the course's own tests need from the system, and the Debian package of each.
-SYSTEM_PACKAGES = {"bwrap": "bubblewrap"}  # the grader's sandbox; its tests are skipped, with the reason, without it
+# bwrap: the grader's sandbox; shellcheck: checks the Gradescope package's scripts. Without them, the tests that need
+# them are skipped, with the reason.
+SYSTEM_PACKAGES = {"bwrap": "bubblewrap", "shellcheck": "shellcheck"}
 
 
 def say(message: str) -> None:

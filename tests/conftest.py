@@ -20,7 +20,8 @@ from __future__ import annotations
 import pytest
 
 # Path suffixes of the units that take minutes, longest first (per lesson for the browser lessons' file).
-LONG_FIRST = ("instructor/test_grade.py", "instructor/test_grade_limits.py", "browser/test_lessons_in_browser.py",
+LONG_FIRST = ("instructor/test_grade.py", "instructor/test_grade_limits.py", "instructor/test_gradescope.py",
+              "browser/test_lessons_in_browser.py",
               "browser/test_exercise_in_browser.py", "multinode/test_torchrun_multinode.py", "toolkit/test_check.py",
               "setup/test_setup.py")
 PER_LESSON = "browser/test_lessons_in_browser.py"

@@ -3,6 +3,8 @@
     python3 course.py grade SUBMISSIONS --out OUT [--jobs N] [--timeout SECONDS]      (python -m course_lib.grade)
                             [--test-timeout SECONDS] [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex01]
                             [--memory-gb 4] [--address-space-gb 6] [--no-calibration] ... (see --help)
+    python3 course.py grade gradescope --out autograder.zip [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex05]
+                            the same grader as Gradescope's autograder (gradescope.py)
 
 Each entry of SUBMISSIONS (a folder or a .zip) is one student's copy of exercises/, or of a whole
 course folder that contains one. Writes OUT/grades.csv (one row per student: points per exercise, the

@@ -61,6 +61,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["gradescope"]:  # the Gradescope package: `python -m course_lib.grade gradescope --out ...`
+        from course_lib.instructor.grade.gradescope import main as gradescope
+
+        return gradescope(argv[1:])
     parser = _parser()
     options = parser.parse_args(argv)
     if not options.submissions.is_dir():

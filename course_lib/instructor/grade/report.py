@@ -53,12 +53,16 @@ def _test_names(tests: list[TestOutcome]) -> dict[str, str]:
     return names
 
 
-def write_results_json(result: Result, path: Path) -> None:
+def results_json(result: Result, *, hidden_visibility: str = "hidden", preamble: list[str] = (),
+                 epilogue: list[str] = (), execution_time: float | None = None) -> dict:
+    """Gradescope's results.json for one student. hidden_visibility: "hidden" (the class grader: never shown) or
+    "after_published" (the Gradescope package: shown once the grades are published). preamble: lines for the top of
+    the output that every student sees (what was wrong with the submission); epilogue: lines after the status."""
     names = _test_names(result.tests)
     tests = []
     for t in result.tests:
         entry = {"name": names[t.nodeid], "score": t.earned, "max_score": t.possible,
-                 "visibility": "hidden" if t.hidden else "visible",
+                 "visibility": hidden_visibility if t.hidden else "visible",
                  "output": t.message if not t.hidden else t.outcome}
         if t.status == "not graded":
             entry["output"] = f"not graded: {t.not_graded or t.message}"
@@ -67,10 +71,17 @@ def write_results_json(result: Result, path: Path) -> None:
         tests.append(entry)
     summary = f"Grading status: {result.status}." + (f" {result.detail}" if result.detail else "")
     # extra_data: Gradescope stores it and does not show it to the student; the instructor's record of the grading.
-    data = {"score": result.earned(), "output": summary, "visibility": "visible", "stdout_visibility": "hidden",
+    data = {"score": result.earned(), "output": "\n\n".join([*preamble, summary, *epilogue]), "visibility": "visible",
+            "stdout_visibility": "hidden",
             "extra_data": {"isolation": result.isolation, "opened_outside_allow_list": result.outside},
             "tests": tests}
-    path.write_text(json.dumps(data, indent=1))
+    if execution_time is not None:
+        data["execution_time"] = round(execution_time)
+    return data
+
+
+def write_results_json(result: Result, path: Path) -> None:
+    path.write_text(json.dumps(results_json(result), indent=1))
 
 
 NOT_GRADED_HEADING = "## Not graded on this machine (needs a GPU)"

@@ -212,6 +212,13 @@ def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -
                         isolation=s.isolation.mode)
         _write_student(result, s.out / name, None)
         return result
+    return grade_files(name, files, found_in, slot, uid, s, started)
+
+
+def grade_files(name: str, files: dict[str, bytes], found_in: str, slot: int, uid: int | None, s: Settings,
+                started: float | None = None) -> Result:
+    """Grade exercise files already read (exNN_*.py name -> bytes); write the student's folder in s.out."""
+    started = time.monotonic() if started is None else started
     run = run_judge(name, files, slot, uid, s)
     status, detail = classify(run.returncode, run.returncode is None, run.report, s.timeout)
     finished = run.report.tests if run.report is not None else {}

@@ -59,7 +59,8 @@ def cache_key(s: Settings) -> str:
         torch = version("torch")
     except PackageNotFoundError:
         torch = "?"
-    digest = hashlib.sha256(f"{torch} {sys.version} {s.isolation.mode} {' '.join(s.judge.tests)}".encode())
+    profile = os.environ.get("COURSE_HYPOTHESIS", "")  # how many examples each property test draws: its time
+    digest = hashlib.sha256(f"{torch} {sys.version} {s.isolation.mode} {profile} {' '.join(s.judge.tests)}".encode())
     for folder in (s.judge.folder / "tests", SOLUTIONS, ROOT / "course_lib"):
         for path in sorted(folder.rglob("*.py")):
             if "__pycache__" not in path.parts and "wrong_answers" not in path.parts:
