@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import difflib
+import itertools
 import json
 import os
 import platform
@@ -246,7 +247,7 @@ class Submission:
 def _all_names(folder: Path) -> list[str]:
     """Every file name in the submission (inside zips too), for suggestions: names only, nothing is read."""
     names: list[str] = []
-    for path in sorted(folder.rglob("*"))[:MAX_LISTED]:
+    for path in sorted(itertools.islice(folder.rglob("*"), MAX_LISTED)):
         if path.is_file() and not path.is_symlink():
             names.append(path.name)
             if path.suffix.lower() == ".zip":
@@ -276,7 +277,7 @@ def read_submission(folder: Path, expected_files: list[str]) -> Submission:
     try:
         submission.files, submission.found_in = collect_exercise_files(folder)
         if not submission.files:
-            for archive in sorted(folder.rglob("*.zip"))[:5]:
+            for archive in sorted(itertools.islice(folder.rglob("*.zip"), 5)):
                 if archive.is_file() and not archive.is_symlink():
                     files, inside = collect_exercise_files(archive)
                     if files:
