@@ -163,10 +163,20 @@ def _submissions(root: Path) -> dict[str, dict[str, bytes | str]]:
     }
 
 
-def _run(root: Path, package: Path, files: dict[str, bytes | str], **env: str) -> dict:
+# The syntax-error run gets this test's limit cut in the unpacked package: run_autograder must apply the limits it
+# ships (and never measure its own), so that test must stop at it and say how the limits were set.
+SHIPPED_LIMIT_CUT = ("tests/test_ex00_warmup.py::test_shard_range_rejects_bad_input", 0.05)
+
+
+def _run(root: Path, package: Path, files: dict[str, bytes | str], cut_limit: bool = False, **env: str) -> dict:
     for folder in ("source", "submission", "results"):
         (root / folder).mkdir(parents=True)
     _unpack(package, root / "source")
+    if cut_limit:
+        settings = root / "source" / "settings" / "gradescope.json"
+        config = json.loads(settings.read_text())
+        config["time_limits"][SHIPPED_LIMIT_CUT[0]] = SHIPPED_LIMIT_CUT[1]
+        settings.write_text(json.dumps(config))
     for name, data in files.items():
         (root / "submission" / name).write_bytes(data.encode() if isinstance(data, str) else data)
     started = time.monotonic()
@@ -198,7 +208,7 @@ def gradescope():
         for name, files in _submissions(base).items():
             # The grader's fallback where bubblewrap cannot run: a mount namespace hides the tests and the results.
             env = {"COURSE_GRADE_ISOLATION": "unshare"} if name == "cheating_in_the_fallback" else {}
-            runs[name] = _run(base / name, package, files, **env)
+            runs[name] = _run(base / name, package, files, cut_limit=name == "syntax_error", **env)
         yield {"package": package, "base": base, **runs}
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -305,7 +315,11 @@ def test_an_empty_submission_says_what_is_missing(gradescope):
 def test_a_syntax_error_costs_only_its_exercise(gradescope):
     run = gradescope["syntax_error"]
     ex00 = {name for name in run["tests"] if name.startswith("ex00") and "status" in run["tests"][name]}
-    assert _passed(run) == ex00 and len(ex00) == 5
+    cut = "ex00: " + SHIPPED_LIMIT_CUT[0].split("::")[1]
+    assert _passed(run) == ex00 - {cut} and len(ex00) == 5
+    # The shipped limits are the ones applied: the test whose limit was cut in the package stopped at it.
+    stopped = run["tests"][cut]["output"]
+    assert "Timeout" in stopped and "measured on the instructor's machine when the autograder was built" in stopped
     output = run["results"]["output"]
     assert "ex05_ddp.py does not compile" in output and "SyntaxError" in output and "line " in output
 
