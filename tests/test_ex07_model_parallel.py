@@ -38,6 +38,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.grading import exception_raised_by, run
+from course_lib.grading.collective_log import CollectiveLog
 from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
 
 TIMEOUT = 60  # s: a rank waiting in an all-reduce its peers never start hangs; fail it in time
@@ -518,70 +519,6 @@ def test_partition_rejects_bad_arguments():
 
 # ---------------------------------------------------------------- tensor parallelism: the ranks' side
 
-COLLECTIVES = ("allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-               "allgather_into_tensor_coalesced", "all_gather_single", "all_gather_single_coalesced", "broadcast",
-               "reduce", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
-               "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "alltoall", "alltoall_base",
-               "all_to_all_single", "gather", "gather_into_tensor", "gather_single", "scatter", "send", "recv",
-               "recv_anysource", "barrier")
-
-
-def _elements(value):
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, (list, tuple)):
-        return sum(_elements(v) for v in value)
-    return 0
-
-
-def _dtype(value):
-    if isinstance(value, torch.Tensor):
-        return str(value.dtype)
-    if isinstance(value, (list, tuple)):
-        return next((d for d in map(_dtype, value) if d), "")
-    return ""
-
-
-class _CollectiveLog:
-    """Inside a rank: log every collective where every torch.distributed function passes, the process group's methods.
-
-    Each event: [method, elements, dtype, reduce op ("SUM", ... or None), group name]. dist.all_reduce is
-    "allreduce", dist.all_gather_into_tensor "_allgather_base", dist.broadcast "broadcast", and so on.
-    """
-
-    def __init__(self):
-        self.events, self._saved = [], []
-
-    def __enter__(self):
-        from torch._C._distributed_c10d import ProcessGroup
-
-        for name in COLLECTIVES:
-            original = getattr(ProcessGroup, name, None)
-            if original is not None:
-                self._saved.append((ProcessGroup, name, original))
-                setattr(ProcessGroup, name, self._logged(name, original))
-        return self
-
-    def _logged(self, name, original):
-        log = self
-
-        def collective(group, *args, **kwargs):
-            options = next((a for a in args if hasattr(a, "reduceOp")), kwargs.get("opts"))
-            op = getattr(options, "reduceOp", None)
-            op_name = None if op is None else next(
-                (n for n in ("SUM", "AVG", "PRODUCT", "MIN", "MAX") if op == getattr(dist.ReduceOp, n)), "other")
-            tensors = args[0] if args else None
-            log.events.append([name, _elements(tensors), _dtype(tensors), op_name, group.group_name])
-            return original(group, *args, **kwargs)
-
-        return collective
-
-    def __exit__(self, *exc):
-        for owner, name, original in self._saved:
-            setattr(owner, name, original)
-        return False
-
-
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -616,7 +553,7 @@ def _layer_driver(rank, world_size, module, kind, cases):
     """Build the learner's ColumnParallelLinear or RowParallelLinear, run forward and backward; what happened."""
     _switch_off_shortcuts(module)
     out = []
-    with _CollectiveLog() as log:
+    with CollectiveLog() as log:
         for case in cases:
             if kind == "column":
                 in_features, out_features, block = case["in"], case["out"] * world_size, case["out"]
@@ -787,7 +724,7 @@ def _shard_driver(rank, world_size, module, cases):
     the nn.Linear's tensors, and the collectives started while building it."""
     _switch_off_shortcuts(module)
     out = []
-    with _CollectiveLog() as log:
+    with CollectiveLog() as log:
         for kind, in_features, out_features, bias in cases:
             linear = _make_linear(in_features, out_features, bias, "float32", 7)
             originals = [t.detach().clone() for t in linear.parameters()]
@@ -854,7 +791,7 @@ def _mlp_driver(rank, world_size, module, cases):
     """The Megatron MLP RowParallelLinear(fc2)(gelu(ColumnParallelLinear(fc1)(x))): outputs, gradients, collectives."""
     _switch_off_shortcuts(module)
     out = []
-    with _CollectiveLog() as log:
+    with CollectiveLog() as log:
         for case in cases:
             if case["groups"] == "pairs":  # ranks 0 and 1 together, 2 and 3 together (every rank makes every group)
                 groups = [dist.new_group([r, r + 1]) for r in range(0, world_size, 2)]

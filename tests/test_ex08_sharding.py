@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.grading import exception_raised_by, run
+from course_lib.grading.collective_log import CollectiveLog
 from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
 
 TIMEOUT = 60  # s: a rank waiting in a collective its peers never start hangs; fail it in time
@@ -100,70 +101,11 @@ def _switch_off_shortcuts(learner):
 
 # ---------------------------------------------------------------- the collectives a rank starts
 
-COLLECTIVES = ("allreduce", "allreduce_coalesced", "allgather", "_allgather_base", "allgather_coalesced",
-               "allgather_into_tensor_coalesced", "all_gather_single", "all_gather_single_coalesced", "broadcast",
-               "reduce", "reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
-               "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced", "alltoall", "alltoall_base",
-               "all_to_all_single", "gather", "gather_into_tensor", "gather_single", "scatter", "send", "recv",
-               "recv_anysource", "barrier")
 GATHERS = {"allgather", "_allgather_base", "allgather_coalesced", "allgather_into_tensor_coalesced",
            "all_gather_single", "all_gather_single_coalesced"}
 SCATTERS = {"reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single", "reduce_scatter_single_coalesced",
             "reduce_scatter_tensor_coalesced"}
 REDUCES = {"allreduce", "allreduce_coalesced", "reduce"}
-
-
-def _elements(value):
-    if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, (list, tuple)):
-        return sum(_elements(v) for v in value)
-    return 0
-
-
-def _dtype(value):
-    if isinstance(value, torch.Tensor):
-        return str(value.dtype)
-    if isinstance(value, (list, tuple)):
-        return next((d for d in map(_dtype, value) if d), "")
-    return ""
-
-
-class _CollectiveLog:
-    """Inside a rank: log every collective where every torch.distributed function passes, the process group's methods.
-
-    Each event: [method, elements, dtype]. dist.all_reduce is "allreduce", dist.all_gather "allgather",
-    dist.reduce_scatter "reduce_scatter", dist.broadcast "broadcast", and so on. Only while `active`.
-    """
-
-    def __init__(self):
-        self.events, self._saved, self.active = [], [], True
-
-    def __enter__(self):
-        from torch._C._distributed_c10d import ProcessGroup
-
-        for name in COLLECTIVES:
-            original = getattr(ProcessGroup, name, None)
-            if original is not None:
-                self._saved.append((ProcessGroup, name, original))
-                setattr(ProcessGroup, name, self._logged(name, original))
-        return self
-
-    def _logged(self, name, original):
-        log = self
-
-        def collective(group, *args, **kwargs):
-            if log.active:
-                tensors = args[0] if args else None
-                log.events.append([name, _elements(tensors), _dtype(tensors)])
-            return original(group, *args, **kwargs)
-
-        return collective
-
-    def __exit__(self, *exc):
-        for owner, name, original in self._saved:
-            setattr(owner, name, original)
-        return False
 
 
 def _kinds(events):
@@ -327,7 +269,7 @@ def _optimizer_driver(rank, world_size, module, cases):
     """Train with ShardedOptimizer, the gradients averaged by an all-reduce here (as DDP would) before each step."""
     _switch_off_shortcuts(module)
     out = []
-    with _CollectiveLog() as log:
+    with CollectiveLog() as log:
         log.active = False
         for case in cases:
             model = _optimizer_model(case)
@@ -349,7 +291,7 @@ def _optimizer_driver(rank, world_size, module, cases):
                 log.active = True
                 optimizer.step()
                 log.active = False
-                events.append(log.events[start:])
+                events.append([e[:3] for e in log.events[start:]])
             inner = getattr(optimizer, "optimizer", None)
             states = [optimizer.state] + ([inner.state] if isinstance(inner, torch.optim.Optimizer)
                                           and inner.state is not optimizer.state else [])
@@ -569,7 +511,7 @@ def _fsdp_driver(rank, world_size, module, cases, compute_dtype, scan=False):
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         warnings.simplefilter("error", DeprecationWarning)
-        with _CollectiveLog() as log:
+        with CollectiveLog() as log:
             for case in cases:
                 model = _fsdp_model(case)
                 names = [name for name, _ in model.named_parameters()]
@@ -596,10 +538,10 @@ def _fsdp_driver(rank, world_size, module, cases, compute_dtype, scan=False):
                             and tuple(value.shape) in full_shapes]
                     loss = F.mse_loss(output, y[mine])
                     loss.backward()
-                    backward = len(log.events)
                     fsdp.finish_gradient_synchronization()
                     record = {"output": output.detach().clone(), "output_dtype": str(output.dtype), "kept": kept,
-                              "forward": log.events[start:forward], "backward": log.events[forward:],
+                              "forward": [e[:3] for e in log.events[start:forward]],
+                              "backward": [e[:3] for e in log.events[forward:]],
                               "grads": [[list(p.shape), str(p.dtype),
                                          None if p.grad is None else [list(p.grad.shape), str(p.grad.dtype)]]
                                         for p in params]}

@@ -46,42 +46,51 @@ def torchrun(
         *map(str, options), script, *map(str, script_args),
     ]
     print("[torchrun] " + " ".join(["torchrun", *command[3:]]), flush=True)
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-        start_new_session=True,  # one process group: torchrun and its workers are killed together
-    )
+    return _run_agents([command], [""], env, timeout, "torchrun did not finish")[0]
+
+
+def _run_agents(commands: list[list[str]], prefixes: list[str], env: dict[str, str] | None, timeout: float,
+                late: str) -> list[int]:
+    """Start each command in a process group of its own; print their lines as they come, each after its prefix;
+    return their exit codes. At the timeout, or on an interrupt, every group is killed (`late` starts the error)."""
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                  env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+                 for command in commands]
     deadline = time.monotonic() + timeout
     try:
-        assert process.stdout is not None
-        fd = process.stdout.fileno()
-        pending = b""
-        while True:
+        open_fds = {p.stdout.fileno(): (prefix, b"") for p, prefix in zip(processes, prefixes)}
+        while open_fds:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise LaunchTimeout(f"torchrun did not finish within {timeout:g} s; it was killed")
-            if not wait([fd], timeout=min(remaining, 0.5)):
-                if process.poll() is not None:
-                    break
-                continue
-            data = os.read(fd, 65536)
-            if not data:
-                break
-            *lines, pending = (pending + data).split(b"\n")
-            for line in lines:
-                print(line.decode("utf-8", "replace"), flush=True)
-        if pending:
-            print(pending.decode("utf-8", "replace"), flush=True)
-        return process.wait(timeout=max(1.0, deadline - time.monotonic()))
+                raise LaunchTimeout(f"{late} within {timeout:g} s; {'it was' if len(processes) == 1 else 'they were'} "
+                                    "killed")
+            ready = wait(list(open_fds), timeout=min(remaining, 0.5))
+            if not ready and all(p.poll() is not None for p in processes):
+                break  # all exited, but something they started still holds the pipe open
+            for fd in ready:
+                prefix, pending = open_fds[fd]
+                data = os.read(fd, 65536)
+                if not data:
+                    if pending:
+                        print(prefix + pending.decode("utf-8", "replace"), flush=True)
+                    del open_fds[fd]
+                    continue
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    print(prefix + line.decode("utf-8", "replace"), flush=True)
+                open_fds[fd] = (prefix, pending)
+        for prefix, pending in open_fds.values():  # left by a break above: the last line without its newline
+            if pending:
+                print(prefix + pending.decode("utf-8", "replace"), flush=True)
+        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in processes]
     finally:
-        if process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            process.wait()
+        for process in processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)  # the agent and its workers, together
+                except ProcessLookupError:
+                    pass
+                process.wait()
 
 
 def _free_port() -> int:
@@ -117,35 +126,6 @@ def torchrun_nodes(
     common = ["--nnodes", str(nnodes), "--nproc-per-node", str(nproc_per_node), "--rdzv-backend", "c10d",
               "--rdzv-endpoint", endpoint, "--rdzv-id", run_id, *map(str, options), script, *map(str, script_args)]
     print("[torchrun] on each node: " + " ".join(["torchrun", *common]), flush=True)
-    processes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", *common], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, start_new_session=True,
-                                  env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-                 for _ in range(nnodes)]
-    deadline = time.monotonic() + timeout
-    try:
-        open_fds = {p.stdout.fileno(): (node, b"") for node, p in enumerate(processes)}
-        while open_fds:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise LaunchTimeout(f"the torchrun agents did not finish within {timeout:g} s; they were killed")
-            for fd in wait(list(open_fds), timeout=min(remaining, 0.5)):
-                node, pending = open_fds[fd]
-                data = os.read(fd, 65536)
-                if not data:
-                    if pending:
-                        print(f"[node {node}] " + pending.decode("utf-8", "replace"), flush=True)
-                    del open_fds[fd]
-                    continue
-                *lines, pending = (pending + data).split(b"\n")
-                for line in lines:
-                    print(f"[node {node}] " + line.decode("utf-8", "replace"), flush=True)
-                open_fds[fd] = (node, pending)
-        return [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in processes]
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                try:
-                    os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                process.wait()
+    command = [sys.executable, "-m", "torch.distributed.run", *common]
+    return _run_agents([command] * nnodes, [f"[node {node}] " for node in range(nnodes)], env, timeout,
+                       "the torchrun agents did not finish")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 import statistics
 import textwrap
 import time
@@ -27,6 +26,7 @@ from typing import Callable, Sequence
 import torch
 from torch import nn
 
+from course_lib.parallel import whole_number
 from course_lib.tables import plural
 
 __all__ = ["Op", "KINDS", "simulate", "bubble", "makespan", "peak_in_flight", "gpipe_bubble", "interleaved_bubble",
@@ -54,14 +54,6 @@ def _real(x) -> bool:
     """A finite real number (numpy's too), not a bool."""
     return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
-
-def _whole(n, what: str, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{what} must be a whole number, not {type(n).__name__} {n!r}")
-    n = operator.index(n)
-    if n < minimum:
-        raise ValueError(f"{what} must be {minimum} or more, not {n}")
-    return n
 
 
 def _seconds(x, what: str, *, positive: bool) -> float:
@@ -97,10 +89,10 @@ class Op:
         if self.kind not in _OP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(_OP_KINDS)}, not {self.kind!r}")
         for name in ("stage", "micro_batch", "chunk"):
-            _whole(getattr(self, name), name, 0)
+            whole_number(getattr(self, name), name, 0)
         if self.device is None:
             object.__setattr__(self, "device", self.stage)
-        _whole(self.device, "device", 0)
+        whole_number(self.device, "device", 0)
         if not (_real(self.start) and _real(self.end) and self.end >= self.start):
             raise ValueError(f"need finite times with end >= start, not start={self.start!r}, end={self.end!r}")
 
@@ -181,9 +173,9 @@ def simulate(kind: str, stages: int, micro_batches: int, *, forward_time: float 
                         f"{type(kind).__name__}")
     if kind not in KINDS:
         raise ValueError(f"unknown schedule {kind!r}: use one of {', '.join(map(repr, KINDS))}")
-    p = _whole(stages, "stages")
-    m = _whole(micro_batches, "micro_batches")
-    v = _whole(chunks, "chunks")
+    p = whole_number(stages, "stages")
+    m = whole_number(micro_batches, "micro_batches")
+    v = whole_number(chunks, "chunks")
     f = _seconds(forward_time, "forward_time", positive=True)
     b = _seconds(backward_time, "backward_time", positive=True)
     c = _seconds(comm_time, "comm_time", positive=False)
@@ -298,7 +290,7 @@ def peak_in_flight(ops: Sequence[Op]) -> dict[int, int]:
 
 
 def _p_m(p, m) -> tuple[int, int]:
-    return _whole(p, "p (stages)"), _whole(m, "m (micro-batches)")
+    return whole_number(p, "p (stages)"), whole_number(m, "m (micro-batches)")
 
 
 def gpipe_bubble(p: int, m: int) -> float:
@@ -323,7 +315,7 @@ def interleaved_bubble(p: int, m: int, v: int = 1) -> float:
     comm_time 0, whatever the forward and backward times).
     """
     p, m = _p_m(p, m)
-    v = _whole(v, "v (chunks per device)")
+    v = whole_number(v, "v (chunks per device)")
     return (p - 1) / (v * m)
 
 
@@ -446,14 +438,14 @@ def schedule_explorer(stages: int = 4, micro_batches: int = 8, kind: str = "1f1b
     if kind not in KINDS:
         raise ValueError(f"unknown schedule {kind!r}: use one of {', '.join(map(repr, KINDS))}")
     wide = {"description_width": "initial"}
-    stage_slider = widgets.IntSlider(value=_whole(stages, "stages"), min=1, max=8, description="stages (devices)",
+    stage_slider = widgets.IntSlider(value=whole_number(stages, "stages"), min=1, max=8, description="stages (devices)",
                                      style=wide)
-    mb_slider = widgets.IntSlider(value=_whole(micro_batches, "micro_batches"), min=1, max=16,
+    mb_slider = widgets.IntSlider(value=whole_number(micro_batches, "micro_batches"), min=1, max=16,
                                   description="micro-batches", style=wide)
     menu = widgets.Dropdown(options=[("GPipe", "gpipe"), ("1F1B", "1f1b"), ("interleaved 1F1B", "interleaved-1f1b"),
                                      ("zero bubble (ZB-H1)", "zero-bubble")], value=kind, description="schedule",
                             style=wide)
-    chunk_slider = widgets.IntSlider(value=_whole(chunks, "chunks"), min=1, max=4, description="chunks per device",
+    chunk_slider = widgets.IntSlider(value=whole_number(chunks, "chunks"), min=1, max=4, description="chunks per device",
                                      style=wide)
     out = widgets.Output()
     box = widgets.VBox([widgets.HBox([stage_slider, mb_slider]), widgets.HBox([menu, chunk_slider]), out])
@@ -556,7 +548,7 @@ def stage_costs(model: nn.Sequential, example_input: torch.Tensor, repeat: int =
     """
     model = _check_sequential(model)
     x = _check_input(example_input)
-    repeat = _whole(repeat, "repeat")
+    repeat = whole_number(repeat, "repeat")
     rows, upstream_trainable = [], False
     for index, layer in enumerate(model):
         input_grad = upstream_trainable and x.is_floating_point()
@@ -577,7 +569,7 @@ def split_by_boundaries(model: nn.Sequential, boundaries: Sequence[int]) -> list
     model = _check_sequential(model)
     if isinstance(boundaries, (str, bytes)) or not isinstance(boundaries, Sequence):
         raise TypeError(f"boundaries must be a list of layer indices, not {type(boundaries).__name__}")
-    cuts = [_whole(b, "a boundary", 1) for b in boundaries]
+    cuts = [whole_number(b, "a boundary", 1) for b in boundaries]
     if any(b >= len(model) for b in cuts):
         raise ValueError(f"boundaries must lie between 1 and {len(model) - 1} (the model has "
                          f"{plural(len(model), 'layer')}), not {cuts}")
@@ -599,7 +591,7 @@ def stage_times(stages_modules: Sequence[nn.Module], example_input: torch.Tensor
         if not isinstance(stage, nn.Module):
             raise TypeError(f"each stage must be an nn.Module, not {type(stage).__name__}")
     x = _check_input(example_input)
-    repeat = _whole(repeat, "repeat")
+    repeat = whole_number(repeat, "repeat")
     seconds, upstream_trainable = [], False
     for stage in stages_modules:
         forward, backward, x = _time_forward_backward(stage, x, upstream_trainable and x.is_floating_point(), repeat)
@@ -692,7 +684,7 @@ def timeline_of_naive_split(split: NaiveSplit, inputs: torch.Tensor, targets: to
     if not isinstance(split, NaiveSplit):
         raise TypeError(f"split must be a NaiveSplit (from naive_split), not {type(split).__name__}")
     inputs = _check_input(inputs, "inputs")
-    steps = _whole(steps, "steps")
+    steps = whole_number(steps, "steps")
     loss_fn = loss_fn or nn.functional.mse_loss
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable, not {type(loss_fn).__name__}")

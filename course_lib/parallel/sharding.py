@@ -16,9 +16,9 @@ by side for DDP and FSDP2 ranks. Exercise 08's byte count of a model's states is
 from __future__ import annotations
 
 import numbers
-import operator
 from typing import Iterable, Mapping
 
+from course_lib.parallel import whole_number
 from course_lib.tables import plural
 
 __all__ = ["ZERO_SOURCE", "COMM_SOURCE", "STAGE_NAMES", "ZERO_PAPER_HEADER", "zero_memory", "plot_zero_memory",
@@ -49,14 +49,6 @@ _STATES = ("params", "grads", "optimizer")
 _LABELS = {"params": "parameters", "grads": "gradients", "optimizer": "optimizer state"}
 
 
-def _whole(n, what: str, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{what} must be a whole number, not {type(n).__name__} {n!r}")
-    n = operator.index(n)
-    if n < minimum:
-        raise ValueError(f"{what} must be {minimum} or more, not {n}")
-    return n
-
 
 def _bytes_per(x, what: str) -> float:
     if isinstance(x, bool) or not isinstance(x, numbers.Real) or not (x >= 0) or x == float("inf"):
@@ -65,7 +57,7 @@ def _bytes_per(x, what: str) -> float:
 
 
 def _stage(stage) -> int:
-    stage = _whole(stage, "a ZeRO stage", minimum=0)
+    stage = whole_number(stage, "a ZeRO stage", minimum=0)
     if stage not in STAGE_NAMES:
         raise ValueError(f"ZeRO stages are 0 (DDP), 1, 2 and 3, not {stage}")
     return stage
@@ -83,8 +75,8 @@ def zero_memory(num_params: int, dp_degree: int, *, stages: Iterable[int] = (0, 
     Returns {stage: {"name", "params", "grads", "optimizer", "total"}} in bytes per GPU, for each stage asked for.
     Activations and temporary buffers are not counted (ZERO_SOURCE).
     """
-    psi = _whole(num_params, "num_params", minimum=0)
-    n = _whole(dp_degree, "dp_degree")
+    psi = whole_number(num_params, "num_params", minimum=0)
+    n = whole_number(dp_degree, "dp_degree")
     per_param = {"params": _bytes_per(param_bytes, "param_bytes"), "grads": _bytes_per(grad_bytes, "grad_bytes"),
                  "optimizer": _bytes_per(k, "k")}
     if isinstance(stages, (str, bytes)) or not isinstance(stages, Iterable):
@@ -144,7 +136,7 @@ def plot_zero_memory(model_sizes: Mapping[str, int], dp_degree: int, gpu_memory_
 
     if not isinstance(model_sizes, Mapping) or not model_sizes:
         raise ValueError("model_sizes must be a non-empty {label: number of parameters} mapping")
-    n = _whole(dp_degree, "dp_degree")
+    n = whole_number(dp_degree, "dp_degree")
     if isinstance(gpu_memory_gb, bool) or not isinstance(gpu_memory_gb, numbers.Real) or not gpu_memory_gb > 0:
         raise ValueError(f"gpu_memory_gb must be a number of GB > 0, not {gpu_memory_gb!r}")
     memory = {label: zero_memory(psi, n, k=k) for label, psi in model_sizes.items()}
@@ -181,8 +173,8 @@ def comm_volume(num_params: int, dp_degree: int, stage: int, bytes_per_param: fl
     Returns {"stage", "name", "collectives": [(collective, bytes sent per rank)], "bytes_per_rank", "ratio_to_ddp",
     "source"}.
     """
-    psi = _whole(num_params, "num_params", minimum=0)
-    n = _whole(dp_degree, "dp_degree")
+    psi = whole_number(num_params, "num_params", minimum=0)
+    n = whole_number(dp_degree, "dp_degree")
     stage = _stage(stage)
     volume = _bytes_per(bytes_per_param, "bytes_per_param") * psi
     share = volume * (n - 1) / n  # one ring reduce-scatter or all-gather of the whole model
@@ -209,7 +201,7 @@ def draw_zero_stages(dp_degree: int = 4):
     """
     from matplotlib.patches import Patch, Rectangle
 
-    n = _whole(dp_degree, "dp_degree")
+    n = whole_number(dp_degree, "dp_degree")
     if n > 16:
         raise ValueError(f"draw_zero_stages draws up to 16 ranks, not {n}")
     colours = {"params": "#0072B2", "grads": "#E69F00", "optimizer": "#009E73"}

@@ -11,8 +11,8 @@ written by hand with dist.all_reduce) sent on gloo.
 from __future__ import annotations
 
 import contextlib
-import numbers
-import operator
+
+from course_lib.parallel import whole_number
 
 __all__ = ["tp_comm_volume", "logged_collectives", "MEGATRON_SOURCE"]
 
@@ -21,14 +21,6 @@ MEGATRON_SOURCE = ("Shoeybi et al. 2019, Megatron-LM, arXiv:1909.08053 §3: an M
                    "and g (all-reduce forward, identity backward) after; a transformer layer has 'two all-reduces in "
                    "the forward path and two in the backward path', one each for attention and for the MLP")
 
-
-def _whole(n, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{what} must be a whole number, not {type(n).__name__} {n!r}")
-    n = operator.index(n)
-    if n < 1:
-        raise ValueError(f"{what} must be 1 or more, not {n}")
-    return n
 
 
 def tp_comm_volume(batch: int, seq: int, hidden: int, tp: int, dtype_bytes: int = 2) -> dict:
@@ -44,8 +36,8 @@ def tp_comm_volume(batch: int, seq: int, hidden: int, tp: int, dtype_bytes: int 
     (2(tp − 1)/tp × all_reduced_bytes: what each rank sends, and receives, in lesson 04's ring all-reduce),
     transformer_layer_all_reduced_bytes (attention's too), source.
     """
-    batch, seq, hidden = _whole(batch, "batch"), _whole(seq, "seq"), _whole(hidden, "hidden")
-    tp, dtype_bytes = _whole(tp, "tp"), _whole(dtype_bytes, "dtype_bytes")
+    batch, seq, hidden = whole_number(batch, "batch"), whole_number(seq, "seq"), whole_number(hidden, "hidden")
+    tp, dtype_bytes = whole_number(tp, "tp"), whole_number(dtype_bytes, "dtype_bytes")
     activation = batch * seq * hidden * dtype_bytes
     reduces = 0 if tp == 1 else 1
     total = 2 * reduces * activation

@@ -47,7 +47,9 @@ class GradeOptions:
     progress: bool = True
 
 
-def _settings(out: Path, work: Path, submissions: Path, o: GradeOptions, isolation: Isolation) -> Settings:
+def prepare_settings(out: Path, work: Path, submissions: Path, o: GradeOptions, isolation: Isolation) -> Settings:
+    """What every student's grading shares: the judge (its tests collected once), the bounds, what to hide; said on
+    stderr. The class grader and the Gradescope package (gradescope.py) both start here."""
     rlimit_gb = default_rlimit_as_gb() if o.address_space_gb is None else o.address_space_gb
     gpu_fraction = (round(0.9 / o.jobs, 3) if gpu_present() else 0.0) if o.gpu_memory_fraction is None \
         else o.gpu_memory_fraction
@@ -86,7 +88,7 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
     os.chmod(work, 0o711)
     claim = None
     try:
-        s = _settings(out, work, submissions, o, isolation)
+        s = prepare_settings(out, work, submissions, o, isolation)
         claim = UidClaim(o.jobs) if s.isolation.users else None
         uids = claim.uids if claim is not None else [None] * o.jobs
         if claim is not None:

@@ -126,7 +126,7 @@ class BuildOptions:
 
 def build(out: Path, o: BuildOptions) -> dict:
     """Calibrate the time limits here, then write the zip at `out`; return gradescope.json's contents."""
-    from course_lib.instructor.grade.classroom import GradeOptions, _settings
+    from course_lib.instructor.grade.classroom import GradeOptions, prepare_settings
     from course_lib.instructor.grade.sandbox import detect_isolation
     from course_lib.instructor.grade.time_limits import calibrate
     from course_lib.instructor.grade.users import UidClaim
@@ -146,7 +146,7 @@ def build(out: Path, o: BuildOptions) -> dict:
         isolation = detect_isolation("auto")
         options = GradeOptions(jobs=1, test_timeout=o.test_timeout, hidden=o.hidden.resolve() if o.hidden else None,
                                exercises=exercises, memory_gb=o.memory_gb, progress=False)
-        s = _settings(work / "out", work, work / "no-submissions", options, isolation)
+        s = prepare_settings(work / "out", work, work / "no-submissions", options, isolation)
         claim = UidClaim(1) if s.isolation.users else None
         # The graded tests run up to 3 ranks at once: on fewer CPUs than that they take turns, so the limits grow
         # by how much fewer Gradescope's container has than the ranks had here.
@@ -396,7 +396,7 @@ def run(root: Path) -> int:
 
 
 def _grade(root: Path, started: float) -> dict:
-    from course_lib.instructor.grade.classroom import GradeOptions, _settings
+    from course_lib.instructor.grade.classroom import GradeOptions, prepare_settings
     from course_lib.instructor.grade.report import results_json
     from course_lib.instructor.grade.sandbox import detect_isolation
     from course_lib.instructor.grade.student import grade_files
@@ -421,7 +421,7 @@ def _grade(root: Path, started: float) -> dict:
         options = GradeOptions(jobs=1, timeout=config["timeout"], test_timeout=config["test_timeout"],
                                hidden=hidden if hidden.is_dir() else None, exercises=config["exercises"],
                                memory_gb=config["memory_gb"], progress=False)
-        s = _settings(work / "out", work, root / "submission", options, isolation)
+        s = prepare_settings(work / "out", work, root / "submission", options, isolation)
         s.hide = [p for p in [*s.hide, results, source / "tests", (source / CONFIG).parent] if p.exists()]
         s.time_limits = work / "time-limits.json"
         s.time_limits.write_text(json.dumps(config["time_limits"]))
