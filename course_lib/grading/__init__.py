@@ -7,6 +7,8 @@ results.py       TestOutcome (one test's outcome and points), the report file an
 plugin.py        the pytest plugin: --target, --course-report, --confine, the points and gpu markers
 confinement.py   the grader's limits on processes that run a student's code
 simgpu.py        a simulated CUDA device that a test's driver installs in the child, to grade stream code without a GPU
+shortcuts.py     torch's and the course's own versions of an exercise, switched off in the child while it is graded
+collective_log.py  the collectives a rank starts, logged where every torch.distributed function passes
 """
 
 from course_lib.grading.runner import ExerciseFailed, ExerciseStopped, call, exception_raised_by, exercise_path, run
