@@ -11,8 +11,10 @@ Each setting trains its own copy of the model; after warm-up, the settings take 
 order, so that a noisy moment on a shared machine costs each alike) and the median over repeats is reported. CUDA
 steps are timed with CUDA events around the step and a synchronize; peak memory is torch.cuda.max_memory_allocated
 over one step (CPU: n/a, the caching allocator's statistics are CUDA's). On CUDA, "fp32" means IEEE fp32 matmuls
-and convolutions (torch.set_float32_matmul_precision("highest"), cudnn.allow_tf32 False) and "fp32, TF32 math" lets
-tensor cores read them as TF32.
+and convolutions and "fp32, TF32 math" lets tensor cores read them as TF32: torch.backends.cuda.matmul.fp32_precision
+and torch.backends.cudnn.conv.fp32_precision "ieee" or "tf32" on torch 2.9 and later, the legacy flags
+(matmul.allow_tf32, cudnn.allow_tf32) before; never both in one process, as reading a legacy flag after a new-API
+write raises (pytorch/pytorch#179445, notebook 06).
 """
 
 from __future__ import annotations
@@ -79,9 +81,13 @@ def _settings(device) -> list[tuple[str, object, bool, bool]]:
 def _set_tf32(device, allowed: bool) -> None:
     import torch
 
-    if device.type == "cuda":
-        torch.set_float32_matmul_precision("high" if allowed else "highest")
-        torch.backends.cudnn.allow_tf32 = allowed
+    if device.type != "cuda":
+        return
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    if hasattr(matmul, "fp32_precision"):  # torch 2.9 and later: the per-op switches only
+        matmul.fp32_precision = cudnn.conv.fp32_precision = "tf32" if allowed else "ieee"
+    else:
+        matmul.allow_tf32 = cudnn.allow_tf32 = allowed
 
 
 class _Setting:

@@ -9,8 +9,12 @@ block, then the root; FSDP2 on the root only. After the steps each rank measures
 Adam's state with course_lib.parallel.sharding.per_rank_state_bytes (a DTensor counts its local shard), beside
 zero_memory's prediction in fp32 (4 bytes of parameter, 4 of gradient, K = 8 for Adam's two moments): stage 0 for
 DDP, stage 3 for FSDP2. Both FSDP2 layouts hold the same shards between steps; they differ in what is all-gathered
-at once during forward and backward ("largest gather": the unsharded parameters of the biggest fully_shard group),
-which is what the root-only layout gives away: the whole model at once, as if unsharded. The step time is the
+at once during forward and backward ("largest gather", course_lib.parallel.sharding.largest_unshard_bytes: the
+unsharded parameters of the biggest fully_shard group), which is what the root-only layout gives away: the whole
+model at once, as if unsharded, with its full gradients until the one reduce-scatter at the end of backward. The
+peak of one more step is measured by torch.distributed._tools' FSDPMemTracker (MemTracker for DDP), a
+TorchDispatchMode that counts every live tensor's bytes (a private torch tool): root only, the peak is DDP's less
+the half of Adam's state it does not hold; per block, the shards plus about one block. The step time is the
 median over the timed steps (after one warm-up step) of the slowest rank, between barriers; on the CPU it says
 little about a GPU, where FSDP2's all-gathers overlap with compute.
 """
@@ -39,12 +43,14 @@ def _rank(rank, world_size, width, blocks, batch, steps):
     import torch
     import torch.distributed as dist
     from torch import nn
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from course_lib.dist import rank_device
-    from course_lib.parallel.sharding import per_rank_state_bytes
+    from course_lib.parallel.sharding import largest_unshard_bytes, per_rank_state_bytes
 
     device = rank_device()
 
@@ -52,16 +58,6 @@ def _rank(rank, world_size, width, blocks, batch, steps):
         torch.manual_seed(0)
         layers = [nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(blocks)]
         return nn.Sequential(*layers, nn.Linear(width, 10)).to(device)
-
-    def largest_gather(model) -> int:
-        """Bytes of the biggest group of parameters that one fully_shard unit all-gathers at once."""
-        groups = []
-        for module in model.modules():
-            if isinstance(module, FSDPModule):
-                inner = {id(p) for child in module.modules() if child is not module and isinstance(child, FSDPModule)
-                         for p in child.parameters()}
-                groups.append(sum(p.numel() * p.element_size() for p in module.parameters() if id(p) not in inner))
-        return max(groups, default=0)
 
     results = {}
     for layout in LAYOUTS:
@@ -91,8 +87,18 @@ def _rank(rank, world_size, width, blocks, batch, steps):
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)  # the slowest rank's step
             if step:
                 times.append(elapsed.item())
+        if layout == "DDP":
+            tracker = MemTracker()
+            tracker.track_external(model, optimizer)
+        else:
+            tracker = FSDPMemTracker(model, optimizer)
+        with tracker:                                     # one more step, every live tensor's bytes counted
+            optimizer.zero_grad(set_to_none=False)
+            nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        peak = max(snapshot["Total"] for snapshot in tracker.get_tracker_snapshot("peak").values())
         results[layout] = {**per_rank_state_bytes(model, optimizer), "step_s": statistics.median(times),
-                           "gather": largest_gather(model) if layout != "DDP" else 0,
+                           "gather": largest_unshard_bytes(model), "peak": peak,
                            "numel": sum(p.numel() for p in mlp().parameters()),
                            "adam_steps": 4 * len(list(model.parameters()))}
         del model, optimizer
@@ -130,13 +136,15 @@ def main(argv=None) -> None:
                      f"{worst['optimizer'] / mib:.2f} ({p['optimizer'] / mib:.2f})",
                      f"{worst['total'] / mib:.2f} ({p['total'] / mib:.2f})",
                      f"{worst['gather'] / mib:.2f}" if worst["gather"] else "-",
+                     f"{max(r[layout]['peak'] for r in results) / mib:.2f}",
                      f"{1e3 * max(r[layout]['step_s'] for r in results):.1f}"])
     print_table(["layout", "params MiB (ZeRO)", "grads MiB (ZeRO)", "Adam state MiB (ZeRO)", "total MiB (ZeRO)",
-                 "largest gather MiB", "step ms"], rows)
+                 "largest gather MiB", "peak MiB", "step ms"], rows)
     print(f"Measured on the rank holding most, with zero_memory's prediction in brackets (DDP: stage 0; FSDP2: "
           f"stage 3; fp32, K = 8). Adam's state also holds one 4-byte step per parameter tensor "
           f"({results[0]['DDP']['adam_steps']} bytes), not sharded. Activations and the all-gathered layers during "
-          f"forward and backward are not in these columns. {time.perf_counter() - start:.1f} s in all.")
+          f"forward and backward are not in these columns, but are in the peak (the rank with the highest, "
+          f"measured by FSDPMemTracker). {time.perf_counter() - start:.1f} s in all.")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@
     low_precision_sum(v, n, dtype)     v added n times in dtype: the running sum stalls
     train_with_scaler(steps, ...)      a tiny MLP whose gradients underflow in fp16: fp32, bf16, fp16 with or without
                                        GradScaler; a ScalerTrace per run, drawn by plot_scale_history / plot_losses
+    fp8_cast, fp8_scaling_run          fp8 with a per-tensor scale, saturating; current against delayed scaling
+                                       (amax history) over a run of tensors, fp8_demo_tensors one whose amax jumps
     GPU_PEAKS, roofline_time, ...      an H100 SXM's published peaks: a matmul's predicted time per format, and
                                        Amdahl's law for the whole step
 
@@ -37,8 +39,8 @@ from course_lib.tables import plural, print_table
 __all__ = ["Format", "FORMATS", "limits_table", "print_limits", "round_to", "bit_fields", "bits_html",
            "format_explorer", "format_picture", "gradient_histogram", "underflow_fraction", "lost_update",
            "low_precision_sum", "ScalerTrace", "train_with_scaler", "scaler_demo_gradients", "plot_scale_history",
-           "plot_losses", "GPUPeaks", "GPU_PEAKS", "roofline_time", "MatmulPrediction", "matmul_prediction",
-           "amdahl_speedup"]
+           "plot_losses", "fp8_cast", "Fp8ScalingStep", "FP8_RECIPES", "fp8_scaling_run", "fp8_demo_tensors",
+           "GPUPeaks", "GPU_PEAKS", "roofline_time", "MatmulPrediction", "matmul_prediction", "amdahl_speedup"]
 
 # Colours of the three fields, light enough for black text (Okabe–Ito hues, as course_lib.diagrams uses).
 SIGN_COLOUR = "#F4B6D2"  # reddish purple, lightened
@@ -556,11 +558,14 @@ def low_precision_sum(value: float, count: int, dtype) -> float:
 
 # The demo problem: 256 rows of 16 inputs, 8 targets from a fixed random teacher; a 16-64-8 MLP trained with Adam.
 _ROWS, _INPUTS, _HIDDEN, _OUTPUTS = 256, 16, 64, 8
-# The loss is weighted by LOSS_WEIGHT so that this small network's gradients are as small as those deep inside a large
-# one (Micikevicius et al. 2018, "Mixed Precision Training", Figure 3: most activation gradients of a multibox SSD fall
-# below fp16's smallest subnormal): the gradient of each output is about 1e-5 · 2|error| / 2048 ≈ 7e-9, under
-# 2^-25 ≈ 3e-8, so fp16 rounds every one to 0. Adam divides by the gradients' own scale, so with eps = 1e-12 (its
-# default 1e-8 would swamp gradients this small) fp32 learns exactly as it would unweighted.
+# The loss is weighted by LOSS_WEIGHT so that this small network's gradients are as small as the smallest ones of a
+# large network (Micikevicius et al. 2018, "Mixed Precision Training", arXiv:1710.03740, Figure 3: a histogram of the
+# activation gradient values met while training a Multibox SSD, with a separate bin for zeros: 67% of the values are
+# zero, 2% lie in [2^-34, 2^-32), below fp16's smallest subnormal 2^-24, and 2% in [2^-24, 2^-23); fp16's range above
+# the gradients goes unused, which is what loss scaling exploits): the gradient of each output is about
+# 1e-5 · 2|error| / 2048 ≈ 7e-9, under 2^-25 ≈ 3e-8, so fp16 rounds every one to 0. Adam divides by the gradients'
+# own scale, so with eps = 1e-12 (its default 1e-8 would swamp gradients this small) fp32 learns exactly as it would
+# unweighted.
 LOSS_WEIGHT = 1e-5
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
@@ -745,6 +750,128 @@ def plot_losses(traces):
     return fig
 
 
+# ---------------------------------------------------------------------------------------------------- fp8 scaling
+
+_FP8 = ("fp8 e4m3", "fp8 e5m2")
+
+
+def _fp8_format(fmt) -> Format:
+    f = _format(fmt)
+    if f.name not in _FP8:
+        raise ValueError(f"fmt must be an fp8 format, {' or '.join(map(repr, _FP8))}, not {f.name!r}")
+    return f
+
+
+def _positive_scale(scale) -> float:
+    if isinstance(scale, torch.Tensor) and scale.numel() == 1:
+        scale = scale.item()
+    if not (_finite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite number > 0 (e.g. 448 / amax), not {scale!r}")
+    return float(scale)
+
+
+def fp8_cast(t: torch.Tensor, scale: float, fmt: str = "fp8 e4m3") -> tuple[torch.Tensor, float]:
+    """t multiplied by scale, saturated to the format's ±max, rounded to fp8, divided by scale (notebook 06).
+
+    Returns (the values the fp8 tensor stands for, as float32; the fraction of t's values that saturated: whose
+    scaled value t·scale, computed in float32, lies more than half an ulp above max, where rounding alone would not
+    bring it back to max). The clamp before the cast is what fp8 recipes do (torchao's to_fp8_saturated), and it
+    makes the result the same on every torch: torch 2.11 casts values beyond e4m3's range to NaN, 2.14 saturates
+    (pytorch/pytorch#178817).
+    """
+    f = _fp8_format(fmt)
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise TypeError(f"t must be a floating-point tensor, not {type(t).__name__}")
+    scale = _positive_scale(scale)
+    scaled = t.detach().to(torch.float32) * scale
+    half_ulp = 2.0 ** (math.frexp(f.max)[1] - 2 - f.mantissa_bits)  # 16 for e4m3 (448 + 16 rounds to 448), 4096 e5m2
+    saturated = (scaled.abs() > f.max + half_ulp).float().mean().item() if scaled.numel() else 0.0
+    stored = scaled.clamp(-f.max, f.max).to(f.dtype)
+    return stored.to(torch.float32) / scale, saturated
+
+
+@dataclass(frozen=True)
+class Fp8ScalingStep:
+    """One tensor cast to fp8 by fp8_scaling_run (notebook 06).
+
+    amax: the tensor's own largest |value|. scale: the scale the recipe used. saturated: the fraction of values that
+    only the clamp to ±max kept in range (fp8_cast). flushed: the fraction of nonzero values that became 0.
+    error: ‖fp8 values − t‖ / ‖t‖.
+    """
+
+    step: int
+    amax: float
+    scale: float
+    saturated: float
+    flushed: float
+    error: float
+
+
+FP8_RECIPES = ("current", "delayed")
+
+
+def fp8_scaling_run(tensors: Iterable[torch.Tensor], recipe: str = "current", *, history_len: int = 16,
+                    fmt: str = "fp8 e4m3", margin: int = 0) -> list[Fp8ScalingStep]:
+    """Cast tensors (one per training step) to fp8 with one scale per tensor; a row per tensor (notebook 06).
+
+    recipe "current": scale = max / amax of the tensor itself, found by reading it before the cast (torchao's default
+    tensorwise scaling; Transformer Engine's Float8CurrentScaling). recipe "delayed": scale = max / the largest amax
+    of the previous history_len tensors, then the tensor's own amax joins the history (Transformer Engine's
+    DelayedScaling, whose defaults are amax_history_len=1024 and amax_compute_algo="max"): no extra pass over the
+    tensor, but a tensor larger than its history saturates. The first tensor, with no history yet, uses its own amax.
+    Both divide the scale by 2^margin, as DelayedScaling's margin does. A tensor of zeros keeps the previous scale
+    (1.0 at the start).
+    """
+    if recipe not in FP8_RECIPES:
+        raise ValueError(f"recipe must be one of {', '.join(map(repr, FP8_RECIPES))}, not {recipe!r}")
+    f = _fp8_format(fmt)
+    history_len = _count(history_len, "history_len")
+    if history_len < 1:
+        raise ValueError(f"history_len must be 1 or more, not {history_len}")
+    margin = _count(margin, "margin")
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, not {margin}")
+    try:
+        tensors = list(tensors)
+    except TypeError:
+        raise TypeError(f"tensors must be an iterable of tensors, not {type(tensors).__name__}") from None
+    history: list[float] = []
+    scale, rows = 1.0, []
+    for step, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or not bool(torch.isfinite(t).all()):
+            raise ValueError(f"tensors[{step}] must be a floating-point tensor of finite values")
+        t = t.detach().to(torch.float32)
+        amax = t.abs().max().item() if t.numel() else 0.0
+        reference = amax if recipe == "current" or not history else max(history)
+        if reference > 0:
+            scale = f.max / reference / 2.0**margin
+        values, saturated = fp8_cast(t, scale, f.name)
+        nonzero = t != 0
+        flushed = ((values == 0) & nonzero).sum().item() / max(1, nonzero.sum().item())
+        norm = t.norm().item()
+        error = (values - t).norm().item() / norm if norm > 0 else 0.0
+        rows.append(Fp8ScalingStep(step, amax, scale, saturated, flushed, error))
+        history = (history + [amax])[-history_len:]
+    return rows
+
+
+def fp8_demo_tensors(steps: int = 12, *, spike_at: int = 6, spike: float = 8.0, size: int = 4096,
+                     seed: int = 0) -> list[torch.Tensor]:
+    """`steps` tensors of `size` normal values, one per step; the one at spike_at is `spike` times larger (notebook 06).
+
+    The activations of a step whose amax jumps (a loss spike, an outlier batch): what separates delayed scaling, whose
+    scale comes from the amaxes of earlier steps, from current scaling.
+    """
+    steps, size, seed = _count(steps, "steps"), _count(size, "size"), _seed(seed)
+    if steps < 1 or size < 1:
+        raise ValueError(f"steps and size must be 1 or more, not {steps} and {size}")
+    spike_at = _count(spike_at, "spike_at")
+    if not (_finite(spike) and spike > 0):
+        raise ValueError(f"spike must be a finite number > 0, not {spike!r}")
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(size, generator=generator) * (spike if i == spike_at else 1.0) for i in range(steps)]
+
+
 # ---------------------------------------------------------------------------------------------------- GPU model
 
 
@@ -788,16 +915,17 @@ class GPUPeaks:
 # Dense (no sparsity) peaks of an H100 SXM5: https://glennklockwood.com/garden/processors/h100 (its table of
 # theoretical TFLOPS). NVIDIA's H100 datasheet prints the tensor-core figures "with sparsity", exactly 2x these (1,979
 # for BF16/FP16, 3,958 for FP8; archive-lib.hpctech.co.jp/gpuproduct/nvidia-h100.html). FP32 66.9: no tensor cores.
-# Bandwidth 3.35 TB/s (HBM3, 80 GB): "NVIDIA lists H100 SXM at 80 GB with up to 3.35 TB/s per GPU",
-# https://acecloud.ai/blog/hbm3e-nvidia-h200-ai-training-inference/ quoting NVIDIA's specification sheet, which was not
-# itself retrieved for this course; glennklockwood.com gives "3.35 TB/s (max)?", and the 2022 launch coverage of the
-# Hopper whitepaper about 3 TB/s.
+# Bandwidth 3.35 TB/s (HBM3, 80 GB): NVIDIA's H100 product page (www.nvidia.com/en-us/data-center/h100/), its
+# specifications table, H100 SXM column: "GPU Memory 80GB", "GPU Memory Bandwidth 3.35TB/s" (H100 NVL: 94GB, 3.9TB/s),
+# read through public repositories that quote the table word for word (the page itself was not fetched for this
+# course). The H200 (notebook 06's records) is the same chip with "GPU Memory 141GB", "GPU Memory Bandwidth 4.8TB/s"
+# (www.nvidia.com/en-us/data-center/h200/, quoted the same way).
 GPU_PEAKS = GPUPeaks(
     "H100 SXM",
     {"fp32": 66.9, "tf32": 494.7, "fp16": 989.4, "bf16": 989.4, "fp8 e4m3": 1978.9, "fp8 e5m2": 1978.9},
     3.35,
     "dense TFLOP/s: glennklockwood.com/garden/processors/h100 (NVIDIA's datasheet lists 2x, 'with sparsity'); "
-    "3.35 TB/s: NVIDIA's spec sheet as quoted by acecloud.ai (the sheet itself not retrieved)",
+    "3.35 TB/s: NVIDIA's H100 product page, specifications table (H100 SXM)",
 )
 
 

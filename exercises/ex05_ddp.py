@@ -17,6 +17,9 @@ has finished shows, however right its numbers are.
 import contextlib
 import itertools
 import math
+import numbers
+import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,6 +46,9 @@ def bucket_assignment(sizes_in_bytes: Sequence[int], bucket_cap_mb: float = 25.0
     Return a new list of buckets in the order they fill (the order their all-reduces start), each a list of
     parameter indices (Python ints) in the order they were added; every index appears exactly once; no
     parameters, no buckets. `sizes_in_bytes` (a list or a tuple) is left unchanged.
+    Any whole number is a size, numpy's integers too (`np.prod(p.shape) * 4` is a numpy.int64; its dtype may be
+    narrow, e.g. numpy.uint16, so add the sizes up as Python ints, operator.index(size), or the running total
+    wraps around); a bool is not a size. A cap is any finite real number, numpy's too.
     Example: bucket_assignment([400, 300, 200, 100], bucket_cap_mb=500 / 2**20, first_bucket_mb=250 / 2**20)
              -> [[3, 2], [1, 0]]   (100 + 200 >= 250 closes the first bucket; 300 + 400 >= 500 the second)
     This is the rule of torch's `dist._compute_bucket_assignment_by_size` (torch/csrc/distributed/c10d/
@@ -51,7 +57,7 @@ def bucket_assignment(sizes_in_bytes: Sequence[int], bucket_cap_mb: float = 25.0
     Raise ValueError, with a message that names the argument to fix and says what to pass, if a size is
     negative or not a whole number, or if a cap is negative or not a finite number.
     """
-    raise NotImplementedError('walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?')
+    raise NotImplementedError("check and convert first (numbers.Integral and operator.index accept numpy's integers; a bool is an int too), then walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?")
 
 
 class _Bucket:
@@ -97,17 +103,29 @@ class MiniDDP(nn.Module):
     rank's .grad is the mean of the ranks' gradients, what one process gets from the mean loss over the union of
     the ranks' equally sized batches. bucket_cap_mb=0 gives one bucket, so one all-reduce, per parameter.
 
+    Hooks outlive the wrapper that registered them: they belong to the parameters. So a MiniDDP can be closed,
+    and a module wrapped again never keeps the old hooks (a notebook cell `model = MiniDDP(net)` run twice would
+    otherwise start two all-reduces per bucket, one that nobody waits for):
+    - `close()` waits for any all-reduce still in flight, then removes every hook this wrapper registered (keep
+      the handles `register_post_accumulate_grad_hook` returns, and call their `.remove()`); afterwards a
+      backward through the module is purely local. Closing twice is harmless.
+    - `with MiniDDP(net) as model:` returns the wrapper itself and closes it when the block ends.
+    - The constructor closes the MiniDDP that wrapped this very module before, if one is still open: remember
+      the current wrapper on the module (a `weakref.ref(self)` in an attribute, so the module does not keep the
+      wrapper alive), and check that the wrapper found there has this module as its `.module` (a deep copy of
+      the module carries the attribute along).
+
     Every trainable parameter must get a gradient in every backward, and there is one backward per
     finish_gradient_synchronization() (no find_unused_parameters, no accumulation without syncing). The
     trainable parameters share one dtype and device. Only the constructor broadcasts buffers (DDP also does
     it at every forward). Do not use torch's DistributedDataParallel inside: the tests switch it off.
-    Raise ValueError if bucket_cap_mb is negative.
+    Raise ValueError if bucket_cap_mb is negative (numpy's numbers are numbers too).
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0):
         super().__init__()
         self.module = module
-        raise NotImplementedError('broadcast (under torch.no_grad()) every tensor of module.parameters() and module.buffers() from rank 0; then buckets from bucket_assignment over the trainable parameters, a flat buffer each (the _Bucket class above), and one post-accumulate-grad hook per parameter that knows its bucket and offset')
+        raise NotImplementedError("close the module's previous MiniDDP if one is still open; broadcast (under torch.no_grad()) every tensor of module.parameters() and module.buffers() from rank 0; then buckets from bucket_assignment over the trainable parameters, a flat buffer each (the _Bucket class above), and one post-accumulate-grad hook per parameter that knows its bucket and offset (keep the handles for close()); finally remember this wrapper on the module")
 
     def _gradient_ready(self, bucket_index: int, offset: int, param: nn.Parameter) -> None:
         """The hook: `param.grad` is complete; copy it into its bucket, and start the buckets that are full."""
@@ -120,6 +138,16 @@ class MiniDDP(nn.Module):
         trainable parameter got no gradient in this backward).
         """
         raise NotImplementedError("wait() on each bucket's work, copy each slice back into its param.grad (view it with the parameter's shape), then reset every bucket's count and work, and which bucket starts next")
+
+    def close(self) -> None:
+        """Wait for any all-reduce in flight, then remove this wrapper's hooks: backward becomes local again."""
+        raise NotImplementedError("wait() on every bucket's work that is not None (the other ranks started it too) and reset the buckets; then .remove() every hook handle and forget them, so a second close() does nothing")
+
+    def __enter__(self) -> "MiniDDP":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -180,7 +208,9 @@ def fp16_compress_hook(process_group: dist.ProcessGroup | None,
     copying the bucket back into the parameters' .grad. It must:
     - use `process_group`, or the default group (`dist.group.WORLD`) when it is None, and its size;
     - take the bucket's flat gradients, `bucket.buffer()` (float32), cast a copy to torch.float16 and divide that
-      by the group's size BEFORE the all-reduce (a sum of float16 gradients can overflow: 65504 is the largest);
+      by the group's size BEFORE the all-reduce (a sum of float16 gradients can overflow: 65504 is the largest).
+      Cast first, then divide, as torch's hook does: so a gradient already above 65504 is inf before any
+      division, and the division pushes small gradients toward float16's underflow (notebook 05, section 8);
     - start `dist.all_reduce(compressed, group=..., async_op=True)` and return at once, without waiting: return
       `work.get_future().then(decompress)`, where `decompress(fut)` copies `fut.value()[0]` (the averaged float16
       tensor) back into the bucket's float32 buffer and returns that buffer.

@@ -51,6 +51,10 @@ def format_limits(exponent_bits: int, mantissa_bits: int, *, has_inf: bool = Tru
     compute them, do not look them up: torch.finfo and the lesson's course_lib.precision are switched off here.
     Raise ValueError, naming the argument and saying what to pass, unless exponent_bits is a whole number
     from 2 to 11, mantissa_bits one from 1 to 52 (True and False are not numbers of bits), and has_inf a bool.
+    Every limit must fit a Python float (a float64). All do but one: with 11 exponent bits and has_inf=False the
+    largest value is (2 - 2**(1 - m)) * 2**1024, at least 2**1024, beyond float64's max (about 1.8e308), so raise
+    ValueError for that combination too, naming has_inf and saying what to pass (has_inf=True, or 10 exponent
+    bits or fewer) instead of letting math.ldexp raise OverflowError.
     """
     raise NotImplementedError('check the arguments first; then bias = 2**(e-1) - 1 and each limit as math.ldexp(mantissa, exponent); only max depends on has_inf')
 

@@ -90,11 +90,13 @@ def partition(costs: Sequence[float], stages: int) -> list[list[int]]:
     Return a new list of `stages` lists of layer indices (Python ints), e.g.
         partition([4, 1, 1, 1, 1, 4], 3) -> [[0], [1, 2, 3, 4], [5]]     (stage costs 4, 4, 4)
     When several splits reach the same largest cost, any of them is right. `costs` (a list or a tuple) is left
-    unchanged. Raise ValueError, naming the argument and saying what to pass, unless costs is a non-empty list or
-    tuple of finite numbers (int or float, not bool), each 0 or more, and stages a whole number (not a bool)
-    from 1 to len(costs).
+    unchanged. Costs may be as large as floats go (up to about 1.8e308): their sums must not overflow to inf,
+    or every split looks equally bad (inf) and a stage can come out empty; 1e308 + 1e308 is inf, and inf - inf
+    is nan. Raise ValueError, naming the argument and saying what to pass, unless costs is a non-empty list or
+    tuple of finite numbers (int or float, not bool, an int no larger than a float can hold), each 0 or more,
+    and stages a whole number (not a bool) from 1 to len(costs).
     """
-    raise NotImplementedError("check the arguments; prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries")
+    raise NotImplementedError("check the arguments; scale the costs by a power of two so that no sum overflows (math.frexp, math.ldexp); prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries")
 
 
 class _AllReduceInBackward(torch.autograd.Function):

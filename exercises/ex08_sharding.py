@@ -6,15 +6,18 @@ Notebook: notebooks/08_sharding_and_multinode.ipynb
 
 Three pieces, from arithmetic to ranks: the bytes of model state one GPU holds at each ZeRO stage (the ZeRO
 paper's count for mixed-precision Adam); ShardedOptimizer, an optimizer whose state is split across the ranks,
-each rank stepping only the parameters it owns and broadcasting them afterwards (ZeRO stage 1); and MiniFSDP,
-which keeps only a 1/N shard of every linear and embedding weight on each rank, all-gathers a layer's full weight
-just before it runs, frees it after, and reduce-scatters its gradient in backward (ZeRO stage 3, FSDP's idea).
-Everything runs on the CPU. The tests compare with references computed in the test process: the paper's formula
-and its Figure 1, torch's own optimizer on one process with the averaged gradients, and a single process training
-on the whole batch. They run the distributed pieces in 2 and 3 gloo ranks and log every collective your code
-starts (its kind, size, dtype); while your code runs, torch's FSDP (torch.distributed.fsdp), its
-ZeroRedundancyOptimizer, torch.distributed.tensor, torch's functional collectives and the lesson's own helpers
-in course_lib.parallel.sharding are switched off, so each piece has to be built, not borrowed.
+each rank stepping only the parameters it owns and broadcasting them afterwards (ZeRO stage 1), with a
+consolidated state_dict a checkpoint can hold; and MiniFSDP, which keeps only a 1/N shard of every linear and
+embedding weight on each rank, all-gathers a layer's full weight just before it runs, frees it after (autograd
+keeps no copy for backward), all-gathers it again in backward when its gradient computation needs it, and
+reduce-scatters its gradient (ZeRO stage 3: the ZeRO paper, arXiv:1910.02054, §5.3 and §7; FSDP2's
+reshard_after_forward=True). Everything runs on the CPU. The tests compare with references computed in the test
+process: the paper's formula and its Figure 1, torch's own optimizer (and its state_dict) on one process with the
+averaged gradients, and a single process training on the whole batch. They run the distributed pieces in 2 and
+3 gloo ranks and log every collective your code starts (its kind, size, dtype), and watch how long each gathered
+weight lives; while your code runs, torch's FSDP (torch.distributed.fsdp), its ZeroRedundancyOptimizer,
+torch.distributed.tensor, torch's functional collectives and the lesson's own helpers in
+course_lib.parallel.sharding are switched off, so each piece has to be built, not borrowed.
 """
 
 from __future__ import annotations
@@ -89,6 +92,32 @@ class ShardedOptimizer(torch.optim.Optimizer):
     `dist.broadcast` every parameter from its owner (in place, in the same order on every rank), so that every
     rank holds every parameter, whole and equal. Return the closure's loss (None without one).
     Never all-reduce the parameters, and do not use torch's ZeroRedundancyOptimizer (switched off in the tests).
+
+    `state_dict()` (a collective: every rank calls it) returns the CONSOLIDATED state, the same on every rank and
+    in torch.optim's own format over all the parameters, so it equals the state_dict() of one torch optimizer
+    that took the same steps with the averaged gradients: {"state": {index: that parameter's state}, "param_groups":
+    [each group's hyperparameters (the inner optimizer's defaults such as AdamW's betas included, then this
+    group's own values) with "params": its indices]}. A parameter's index is torch.optim's: its place in the
+    groups' parameter lists, one after the other (a parameter listed twice in a group keeps its first index).
+    Each rank contributes the state of the parameters it owns (dist.all_gather_object); the tensors are copies.
+    `load_state_dict(state_dict)` takes such a dict (yours, or a torch optimizer's over the same parameters, in
+    the same groups): it sets every group's hyperparameters, and loads into the inner optimizer the state of this
+    rank's own parameters only. Ownership is recomputed from the sizes, so a checkpoint written with one world
+    size loads with another. (A consolidated state is whole on every rank while it is saved: at scale one writes
+    each rank's shard instead, e.g. with torch.distributed.checkpoint.)
+
+    Two facts to know when using it:
+    - Traffic. The caller all-reduces the gradients (2Ψ elements per rank in a ring, as DDP), then step()
+      broadcasts Ψ more: 3Ψ, 1.5 times DDP's volume. The ZeRO paper (arXiv:1910.02054, §7) counts ZeRO-1 at DDP's
+      2Ψ because it reduce-scatters the gradients (each rank needs only its shard's sum) and all-gathers the
+      updated parameters. DeepSpeed's first stage 1 also all-reduced; its note "ZeRO stage 1 with reduced
+      communication" (deepspeed.ai, 2020-03-17) replaced that all-reduce: "Total communication volume reduction
+      1.5x -> 1x of data parallelism". torch's ZeroRedundancyOptimizer, under DDP, all-reduces and then
+      broadcasts (_broadcast_params_from_rank in torch/distributed/optim/zero_redundancy_optimizer.py), like this
+      class.
+    - Loss scaling. A plain torch.amp.GradScaler is right here: scaler.step(optimizer) unscales and checks for
+      inf/NaN every gradient in self.param_groups, which holds EVERY parameter with its gradient already
+      averaged over the ranks, so every rank finds the same inf and all skip (or all step) together.
     """
 
     def __init__(self, params: Iterable[Any], optimizer_cls: type[torch.optim.Optimizer], **defaults: Any):
@@ -105,8 +134,25 @@ class ShardedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         raise NotImplementedError("the closure under enable_grad; the outer groups' hyperparameters into the inner groups; the inner step; then one broadcast per parameter from its owner, in place (no_grad: the parameters are leaves)")
 
+    def _indices(self) -> dict[int, int]:
+        """id(parameter) -> its index in torch.optim's state_dict: its place in the groups' lists, one after another."""
+        raise NotImplementedError("as torch.optim.Optimizer.state_dict numbers them: a running count over the groups' lists, a parameter listed twice keeping its first index")
+
+    def state_dict(self) -> dict[str, Any]:
+        """The consolidated state, in torch.optim's format over every parameter (a collective: every rank calls it)."""
+        raise NotImplementedError("every group's hyperparameters (the inner group's, then the outer group's on top) with its parameters' indices; this rank's inner state keyed by the global index; dist.all_gather_object of those dicts, merged in index order")
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a consolidated state (state_dict()'s, or a torch optimizer's over the same parameters and groups)."""
+        raise NotImplementedError("check the groups match in number and length (ValueError); the saved hyperparameters into each outer group; the saved indices mapped to the parameters; then the inner optimizer's own state_dict: its groups with the saved hyperparameters and its own indices, the state of this rank's parameters only")
+
 
 SHARDED_TYPES = (nn.Linear, nn.Embedding)  # the layers whose weight MiniFSDP shards
+
+
+def _all_gather_weight(shard: torch.Tensor, rows: int, dtype: torch.dtype, world_size: int) -> torch.Tensor:
+    """The full weight of `rows` rows from every rank's shard, in `dtype`: forward gathers it, and backward again."""
+    raise NotImplementedError('cast the shard to dtype BEFORE communicating (half the bytes in bf16); dist.all_gather into a list of world-size chunks; cat them and cut the padding off (the first `rows` rows)')
 
 
 class _GatherWeight(torch.autograd.Function):
@@ -114,11 +160,24 @@ class _GatherWeight(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, shard: torch.Tensor, rows: int, compute_dtype, fsdp: "MiniFSDP") -> torch.Tensor:
-        raise NotImplementedError('cast the shard to the compute dtype BEFORE communicating (half the bytes in bf16); dist.all_gather into a list of world-size chunks; cat them and cut the padding off (the first `rows` rows); keep what backward needs on ctx')
+        raise NotImplementedError("the full weight by _all_gather_weight, in the compute dtype (or the shard's); keep on ctx what backward needs, the shard and the wrapper, never the full weight")
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         raise NotImplementedError("the full gradient in the shard's dtype (fp32), padded to world size x shard rows; start a reduce-scatter (sum) of its chunks into a new shard-sized tensor, async_op=True, and hand it to MiniFSDP, which waits and averages in finish_gradient_synchronization; no gradient through autograd here")
+
+
+class _Regather:
+    """What autograd keeps of a saved view of a gathered weight: how to gather it again, not the weight itself."""
+
+    def __init__(self, shard: torch.Tensor, rows: int, dtype: torch.dtype, world_size: int, view: torch.Tensor):
+        self.shard, self.rows, self.dtype, self.world_size = shard, rows, dtype, world_size
+        self.size, self.stride, self.offset = tuple(view.shape), view.stride(), view.storage_offset()
+
+    def gather(self) -> torch.Tensor:
+        """The same view of the weight, all-gathered again (backward calls this through the unpack hook)."""
+        full = _all_gather_weight(self.shard, self.rows, self.dtype, self.world_size)
+        return full.as_strided(self.size, self.stride, self.offset)
 
 
 class MiniFSDP(nn.Module):
@@ -140,18 +199,39 @@ class MiniFSDP(nn.Module):
     - the weight, of R rows (dim 0), is cut into W shards of S = ceil(R / W) rows, the last padded with zero rows
       if W does not divide R; this rank keeps only its shard, rows r*S .. (r+1)*S - 1 of the padded weight, as a
       NEW fp32 nn.Parameter (a copy, not a view: the full weight is kept nowhere), which is what
-      `self.parameters()`, so the optimizer, sees in place of the weight;
+      `self.parameters()`, so the optimizer, sees in place of the weight: it takes the weight's own place,
+      `layer._parameters["weight"]`, so the parameters keep their names and their ORDER, now and after every
+      forward (`state_dict()`'s keys and `list(model.parameters())` never change, and an optimizer's state dict
+      saved at any time loads into an optimizer built at any other);
     - every other parameter (biases, norms' weights) stays replicated: whole on every rank, unchanged.
     So each rank's parameters add up to S x (columns) elements per sharded weight, plus the replicated ones.
-    A forward pre-hook on each such layer all-gathers its full weight just before the layer runs (dist.all_gather,
-    the list form, then the padding cut off) and sets it as the layer's `weight` attribute, through an autograd
-    Function (see _GatherWeight) so that backward reaches the shard; a forward hook drops the attribute again
-    after the layer ran (autograd keeps what the layer's backward needs until that backward has run: after it,
-    the full weight and its full gradient are referenced nowhere).
+
+    Forward, one layer at a time. A forward pre-hook on each such layer all-gathers its full weight just before
+    the layer runs (_all_gather_weight: dist.all_gather, the list form, then the padding cut off) through an
+    autograd Function (_GatherWeight) so that backward reaches the shard, and swaps it into
+    `layer._parameters["weight"]` (assigning to the dict keeps the key's place; popping and re-adding it would move
+    the weight behind the bias). A forward hook (registered with always_call=True) puts the shard back.
+    ZeRO-3 also frees the full weight between the layer's forward and its backward, and gathers it again in
+    backward (the ZeRO paper, Rajbhandari et al. 2020, arXiv:1910.02054, §5.3 and §7: parameters all-gathered in
+    forward and again in backward, 3Ψ elements of traffic against DDP's 2Ψ; FSDP2's `reshard_after_forward=True`,
+    which "frees the unsharded parameters after forward and re-all-gathers them in backward before gradient
+    computation", torch/distributed/fsdp/_fully_shard/_fully_shard.py). Putting the shard back is not enough:
+    F.linear saves its weight (as the view weight.t()) for backward whenever its input requires grad, so autograd
+    would keep every layer's full weight alive from its forward to its backward (that is
+    reshard_after_forward=False, ZeRO-2's parameter memory). So the pre-hook also enters
+    `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` and the forward hook exits it: pack receives every
+    tensor the layer saves for backward; one that shares the gathered weight's storage (a view of it) it
+    replaces by a small _Regather token (the shard, the rows, the dtype and the view's size, stride and storage
+    offset: never the full tensor; the hooks must not reference it either), everything else it returns as is;
+    unpack, called in backward, all-gathers the weight again (cast to the compute dtype as in forward) and returns
+    the same view of it. After a layer's forward its full weight is referenced nowhere; in backward each linear
+    layer whose weight autograd needs (its input requires grad) all-gathers it once more, then reduce-scatters its
+    gradient. F.embedding saves only the indices: an embedding needs no second gather.
+
     With `compute_dtype` (e.g. torch.bfloat16), a sharded layer computes in that dtype: the shard is cast before
-    the all-gather (half the bytes travel), the layer's floating inputs and a linear's bias are cast too, and its
-    output is cast back to float32, so the rest of the model (norms, activations) runs as before. The shards, the
-    master weights the optimizer updates, stay fp32.
+    the all-gather (half the bytes travel, in forward and in backward), the layer's floating inputs and a linear's
+    bias are cast too, and its output is cast back to float32, so the rest of the model (norms, activations) runs
+    as before. The shards, the master weights the optimizer updates, stay fp32.
     In backward, the full weight's gradient (fp32) is reduce-scattered (dist.reduce_scatter, the list form, a sum
     over the ranks, then divided by W: the mean), each rank receiving its shard's rows; start it with
     async_op=True and let `finish_gradient_synchronization()` (after backward, before optimizer.step()) wait for
@@ -159,8 +239,16 @@ class MiniFSDP(nn.Module):
     Afterwards every parameter's .grad is fp32, shaped like the parameter, and the same as one process would get
     from the mean loss over the union of the ranks' equally sized batches (its shard's rows, for a sharded
     weight). Never all-reduce a sharded weight's full gradient.
+    Loss scaling: after the reduce-scatter a rank holds only its shard's gradient, so an inf or NaN can sit on one
+    rank alone; per-rank torch.amp.GradScaler would then disagree (one rank steps its shards, another skips and
+    backs off its scale: the model is half updated and the scales drift apart). Use
+    torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler (its unscale_ all-reduces found_inf over the
+    process group, so every rank skips together), or all-reduce found_inf (MAX) yourself before stepping.
+
     `gather_full_params()` (a collective: every rank calls it) returns a new dict from every parameter name of
-    `self.module` as it was before wrapping ("0.weight", "0.bias", ...) to its full fp32 tensor (detached copies).
+    `self.module` as it was before wrapping ("0.weight", "0.bias", ...) to its full fp32 tensor: compact copies
+    (no padding rows kept behind a view: each tensor's storage holds exactly its elements) that share no memory
+    with the live parameters, so a later step does not change them.
     A weight shared by two layers is not supported. Use only dist.all_gather, dist.reduce_scatter, dist.all_reduce
     and dist.broadcast (the tensor forms warn in torch 2.14): torch's FSDP, torch.distributed.tensor and torch's
     functional collectives are switched off in the tests.
@@ -169,23 +257,27 @@ class MiniFSDP(nn.Module):
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.module = module
-        raise NotImplementedError('for each nn.Linear / nn.Embedding: pad the weight\'s rows to W x S, keep rows r*S .. (r+1)*S - 1 as a new fp32 Parameter in the layer\'s _parameters["weight"], and register a forward pre-hook (gather, set the attribute) and a forward hook (drop it); remember every parameter\'s original name and whether it is sharded')
+        raise NotImplementedError('for each nn.Linear / nn.Embedding: pad the weight\'s rows to W x S, keep rows r*S .. (r+1)*S - 1 as a new fp32 Parameter in the weight\'s own place, layer._parameters["weight"], and register a forward pre-hook (_gather) and a forward hook (_release, always_call=True); remember every parameter\'s original name and whether it is sharded')
 
-    def _gather(self, layer: nn.Module, args: tuple) -> tuple:
-        """The forward pre-hook: the layer's full weight as its `weight` attribute, its inputs cast if need be."""
-        raise NotImplementedError('take the shard out of _parameters (a plain tensor cannot replace a registered Parameter), set layer.weight to _GatherWeight.apply(shard, ...); with a compute dtype, the bias the same way (cast), and floating inputs cast')
+    def _saved_tensor_hooks(self, full: torch.Tensor, shard: torch.Tensor, rows: int, dtype: torch.dtype):
+        """The (pack, unpack) pair that keeps a token instead of any view of `full` that autograd saves."""
+        raise NotImplementedError("remember only full's storage address (an int: the hooks must not keep full alive); pack: a tensor on that storage becomes a _Regather token, anything else passes; unpack: a token gathers again, anything else passes")
+
+    def _gather(self, layer: nn.Module, args: tuple) -> tuple | None:
+        """The forward pre-hook: the full weight in the shard's place, the saved-tensor hooks on, inputs cast."""
+        raise NotImplementedError('full = _GatherWeight.apply(shard, ...) assigned to layer._parameters["weight"] (the same key); with a compute dtype, the bias cast the same way; enter torch.autograd.graph.saved_tensors_hooks(*self._saved_tensor_hooks(...)) and keep it with the swapped-out parameters for _release; floating inputs cast')
 
     def _release(self, layer: nn.Module, args: tuple, output: Any) -> Any:
-        """The forward hook: drop the full weight (and the cast bias), put the parameters back; output to fp32."""
-        raise NotImplementedError('delete the attributes, restore the shard (and bias) into _parameters; with a compute dtype, return the output cast to float32')
+        """The forward hook: the saved-tensor hooks off, the shard (and bias) back in place; output to fp32."""
+        raise NotImplementedError('exit the saved-tensor hooks; put the swapped-out parameters back into layer._parameters (the same keys); with a compute dtype, return the output cast to float32')
 
     def finish_gradient_synchronization(self) -> None:
         """After backward, before optimizer.step(): finish the reduce-scatters, average the replicated gradients."""
         raise NotImplementedError("wait for each pending reduce-scatter, divide by W, write (or add) it into the shard's .grad; then all-reduce each replicated parameter's .grad and divide by W; clear the pending list")
 
     def gather_full_params(self) -> dict[str, torch.Tensor]:
-        """Every parameter of the wrapped module by its original name, full and fp32 (a collective)."""
-        raise NotImplementedError('replicated: a detached fp32 copy; sharded: all_gather the shards, cat, cut the padding off')
+        """Every parameter of the wrapped module by its original name, full and fp32, compact copies (a collective)."""
+        raise NotImplementedError('replicated: a detached fp32 copy; sharded: all_gather the shards, cat, cut the padding off, and clone (the cut is a view that keeps the padding rows in its storage)')
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)

@@ -15,6 +15,9 @@ has finished shows, however right its numbers are.
 import contextlib
 import itertools
 import math
+import numbers
+import operator
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +44,9 @@ def bucket_assignment(sizes_in_bytes: Sequence[int], bucket_cap_mb: float = 25.0
     Return a new list of buckets in the order they fill (the order their all-reduces start), each a list of
     parameter indices (Python ints) in the order they were added; every index appears exactly once; no
     parameters, no buckets. `sizes_in_bytes` (a list or a tuple) is left unchanged.
+    Any whole number is a size, numpy's integers too (`np.prod(p.shape) * 4` is a numpy.int64; its dtype may be
+    narrow, e.g. numpy.uint16, so add the sizes up as Python ints, operator.index(size), or the running total
+    wraps around); a bool is not a size. A cap is any finite real number, numpy's too.
     Example: bucket_assignment([400, 300, 200, 100], bucket_cap_mb=500 / 2**20, first_bucket_mb=250 / 2**20)
              -> [[3, 2], [1, 0]]   (100 + 200 >= 250 closes the first bucket; 300 + 400 >= 500 the second)
     This is the rule of torch's `dist._compute_bucket_assignment_by_size` (torch/csrc/distributed/c10d/
@@ -49,20 +55,22 @@ def bucket_assignment(sizes_in_bytes: Sequence[int], bucket_cap_mb: float = 25.0
     Raise ValueError, with a message that names the argument to fix and says what to pass, if a size is
     negative or not a whole number, or if a cap is negative or not a finite number.
     """
-    # BEGIN SOLUTION: walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?
+    # BEGIN SOLUTION: check and convert first (numbers.Integral and operator.index accept numpy's integers; a bool is an int too), then walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?
+    sizes = []
     for i, size in enumerate(sizes_in_bytes):
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
             raise ValueError(f"sizes_in_bytes[{i}] is {size!r}: pass each gradient's size in bytes as a whole "
                              "number, 0 or more (p.numel() * p.element_size())")
+        sizes.append(operator.index(size))  # a Python int: a numpy.uint16 total would wrap around
     for name, value in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} is {value!r}: pass a bucket size in MiB, a finite number 0 or more "
                              "(0 puts every parameter in a bucket of its own)")
     limit, cap = int(first_bucket_mb * MiB), int(bucket_cap_mb * MiB)
     buckets, current, filled = [], [], 0
-    for index in reversed(range(len(sizes_in_bytes))):
+    for index in reversed(range(len(sizes))):
         current.append(index)
-        filled += sizes_in_bytes[index]
+        filled += sizes[index]
         if filled >= limit:  # closed after adding: a bucket may exceed its limit
             buckets.append(current)
             current, filled, limit = [], 0, cap  # only the first bucket is small
@@ -115,19 +123,35 @@ class MiniDDP(nn.Module):
     rank's .grad is the mean of the ranks' gradients, what one process gets from the mean loss over the union of
     the ranks' equally sized batches. bucket_cap_mb=0 gives one bucket, so one all-reduce, per parameter.
 
+    Hooks outlive the wrapper that registered them: they belong to the parameters. So a MiniDDP can be closed,
+    and a module wrapped again never keeps the old hooks (a notebook cell `model = MiniDDP(net)` run twice would
+    otherwise start two all-reduces per bucket, one that nobody waits for):
+    - `close()` waits for any all-reduce still in flight, then removes every hook this wrapper registered (keep
+      the handles `register_post_accumulate_grad_hook` returns, and call their `.remove()`); afterwards a
+      backward through the module is purely local. Closing twice is harmless.
+    - `with MiniDDP(net) as model:` returns the wrapper itself and closes it when the block ends.
+    - The constructor closes the MiniDDP that wrapped this very module before, if one is still open: remember
+      the current wrapper on the module (a `weakref.ref(self)` in an attribute, so the module does not keep the
+      wrapper alive), and check that the wrapper found there has this module as its `.module` (a deep copy of
+      the module carries the attribute along).
+
     Every trainable parameter must get a gradient in every backward, and there is one backward per
     finish_gradient_synchronization() (no find_unused_parameters, no accumulation without syncing). The
     trainable parameters share one dtype and device. Only the constructor broadcasts buffers (DDP also does
     it at every forward). Do not use torch's DistributedDataParallel inside: the tests switch it off.
-    Raise ValueError if bucket_cap_mb is negative.
+    Raise ValueError if bucket_cap_mb is negative (numpy's numbers are numbers too).
     """
 
     def __init__(self, module: nn.Module, bucket_cap_mb: float = 25.0):
         super().__init__()
         self.module = module
-        # BEGIN SOLUTION: broadcast (under torch.no_grad()) every tensor of module.parameters() and module.buffers() from rank 0; then buckets from bucket_assignment over the trainable parameters, a flat buffer each (the _Bucket class above), and one post-accumulate-grad hook per parameter that knows its bucket and offset
-        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb >= 0:
+        # BEGIN SOLUTION: close the module's previous MiniDDP if one is still open; broadcast (under torch.no_grad()) every tensor of module.parameters() and module.buffers() from rank 0; then buckets from bucket_assignment over the trainable parameters, a flat buffer each (the _Bucket class above), and one post-accumulate-grad hook per parameter that knows its bucket and offset (keep the handles for close()); finally remember this wrapper on the module
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, numbers.Real) or not bucket_cap_mb >= 0:
             raise ValueError(f"bucket_cap_mb is {bucket_cap_mb!r}: pass a bucket size in MiB, 0 or more")
+        previous = getattr(module, "_mini_ddp", None)
+        previous = previous() if isinstance(previous, weakref.ref) else None
+        if previous is not None and previous.module is module:
+            previous.close()  # the same module wrapped again (a cell run twice): one set of hooks, not two
         with torch.no_grad():
             for tensor in itertools.chain(module.parameters(), module.buffers()):
                 dist.broadcast(tensor.detach(), src=0)  # in place: every rank now holds rank 0's values
@@ -139,10 +163,12 @@ class MiniDDP(nn.Module):
         self._buckets = [_Bucket([trainable[i] for i in indices]) for indices in assignment]
         self._next_to_start = 0  # the buckets before it have started their all-reduce this iteration
         self._world_size = dist.get_world_size()
+        self._handles = []  # what close() removes
         for b, bucket in enumerate(self._buckets):
             for param, offset in zip(bucket.params, bucket.offsets):
-                param.register_post_accumulate_grad_hook(
-                    lambda p, b=b, offset=offset: self._gradient_ready(b, offset, p))
+                self._handles.append(param.register_post_accumulate_grad_hook(
+                    lambda p, b=b, offset=offset: self._gradient_ready(b, offset, p)))
+        module._mini_ddp = weakref.ref(self)  # a weak reference: the module does not keep its wrapper alive
         # END SOLUTION
 
     def _gradient_ready(self, bucket_index: int, offset: int, param: nn.Parameter) -> None:
@@ -180,6 +206,25 @@ class MiniDDP(nn.Module):
             raise RuntimeError(f"{len(never)} bucket(s) never started their all-reduce: every trainable parameter "
                                "must get a gradient in each backward (call backward() before this)")
         # END SOLUTION
+
+    def close(self) -> None:
+        """Wait for any all-reduce in flight, then remove this wrapper's hooks: backward becomes local again."""
+        # BEGIN SOLUTION: wait() on every bucket's work that is not None (the other ranks started it too) and reset the buckets; then .remove() every hook handle and forget them, so a second close() does nothing
+        for bucket in self._buckets:
+            if bucket.work is not None:
+                bucket.work.wait()
+            bucket.ready, bucket.work = 0, None
+        self._next_to_start = 0
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        # END SOLUTION
+
+    def __enter__(self) -> "MiniDDP":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)
@@ -277,7 +322,9 @@ def fp16_compress_hook(process_group: dist.ProcessGroup | None,
     copying the bucket back into the parameters' .grad. It must:
     - use `process_group`, or the default group (`dist.group.WORLD`) when it is None, and its size;
     - take the bucket's flat gradients, `bucket.buffer()` (float32), cast a copy to torch.float16 and divide that
-      by the group's size BEFORE the all-reduce (a sum of float16 gradients can overflow: 65504 is the largest);
+      by the group's size BEFORE the all-reduce (a sum of float16 gradients can overflow: 65504 is the largest).
+      Cast first, then divide, as torch's hook does: so a gradient already above 65504 is inf before any
+      division, and the division pushes small gradients toward float16's underflow (notebook 05, section 8);
     - start `dist.all_reduce(compressed, group=..., async_op=True)` and return at once, without waiting: return
       `work.get_future().then(decompress)`, where `decompress(fut)` copies `fut.value()[0]` (the averaged float16
       tensor) back into the bucket's float32 buffer and returns that buffer.
@@ -289,7 +336,7 @@ def fp16_compress_hook(process_group: dist.ProcessGroup | None,
     # BEGIN SOLUTION: group = process_group or dist.group.WORLD; compressed = buffer.to(torch.float16).div_(group.size()); all_reduce it asynchronously and chain .then(...) on work.get_future() to copy the result back into the buffer
     group = process_group if process_group is not None else dist.group.WORLD
     buffer = bucket.buffer()
-    compressed = buffer.to(torch.float16).div_(group.size())  # divide first: the sum stays in float16's range
+    compressed = buffer.to(torch.float16).div_(group.size())  # cast, then divide: the sum stays in float16's range
     work = dist.all_reduce(compressed, group=group, async_op=True)
 
     def decompress(future: torch.futures.Future) -> torch.Tensor:

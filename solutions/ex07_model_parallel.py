@@ -135,22 +135,38 @@ def partition(costs: Sequence[float], stages: int) -> list[list[int]]:
     Return a new list of `stages` lists of layer indices (Python ints), e.g.
         partition([4, 1, 1, 1, 1, 4], 3) -> [[0], [1, 2, 3, 4], [5]]     (stage costs 4, 4, 4)
     When several splits reach the same largest cost, any of them is right. `costs` (a list or a tuple) is left
-    unchanged. Raise ValueError, naming the argument and saying what to pass, unless costs is a non-empty list or
-    tuple of finite numbers (int or float, not bool), each 0 or more, and stages a whole number (not a bool)
-    from 1 to len(costs).
+    unchanged. Costs may be as large as floats go (up to about 1.8e308): their sums must not overflow to inf,
+    or every split looks equally bad (inf) and a stage can come out empty; 1e308 + 1e308 is inf, and inf - inf
+    is nan. Raise ValueError, naming the argument and saying what to pass, unless costs is a non-empty list or
+    tuple of finite numbers (int or float, not bool, an int no larger than a float can hold), each 0 or more,
+    and stages a whole number (not a bool) from 1 to len(costs).
     """
-    # BEGIN SOLUTION: check the arguments; prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries
+    # BEGIN SOLUTION: check the arguments; scale the costs by a power of two so that no sum overflows (math.frexp, math.ldexp); prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries
     if not isinstance(costs, (list, tuple)) or not costs:
         raise ValueError(f"costs is {costs!r}: pass a non-empty list (or tuple) of the layers' costs")
     for i, cost in enumerate(costs):
-        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+        if isinstance(cost, bool) or not isinstance(cost, (int, float)) or cost < 0:
             raise ValueError(f"costs[{i}] is {cost!r}: pass each layer's cost as a finite number, 0 or more")
+        try:
+            finite = math.isfinite(cost)
+        except OverflowError:  # an int beyond the largest float (about 1.8e308)
+            finite = False
+        if not finite:
+            shown = repr(cost) if isinstance(cost, float) else f"an int of {len(str(cost))} digits"
+            raise ValueError(f"costs[{i}] is {shown}: pass each layer's cost as a finite number, 0 or more, "
+                             "below about 1.8e308 (the largest float)")
     n = len(costs)
     if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= n:
         raise ValueError(f"stages is {stages!r}: pass a whole number of stages from 1 to len(costs) = {n} "
                          "(every stage needs a layer)")
+    # Near the largest float, sums overflow: 1e308 + 1e308 is inf, every split then costs inf, no candidate is
+    # "< inf" and a stage stays empty. Dividing every cost by the same power of two (2**e >= the largest cost) is
+    # exact in binary floating point (short of the subnormals) and keeps each cost in [0, 1), so every sum stays
+    # below n; the best split of the scaled costs is the best split of the costs.
+    exponent = math.frexp(max(costs))[1]
+    scaled = [math.ldexp(cost, -exponent) for cost in costs]
     prefix = [0.0]
-    for cost in costs:
+    for cost in scaled:
         prefix.append(prefix[-1] + cost)
     best = [[math.inf] * (n + 1) for _ in range(stages + 1)]
     start = [[0] * (n + 1) for _ in range(stages + 1)]

@@ -4,15 +4,18 @@ Notebook: notebooks/08_sharding_and_multinode.ipynb
 
 Three pieces, from arithmetic to ranks: the bytes of model state one GPU holds at each ZeRO stage (the ZeRO
 paper's count for mixed-precision Adam); ShardedOptimizer, an optimizer whose state is split across the ranks,
-each rank stepping only the parameters it owns and broadcasting them afterwards (ZeRO stage 1); and MiniFSDP,
-which keeps only a 1/N shard of every linear and embedding weight on each rank, all-gathers a layer's full weight
-just before it runs, frees it after, and reduce-scatters its gradient in backward (ZeRO stage 3, FSDP's idea).
-Everything runs on the CPU. The tests compare with references computed in the test process: the paper's formula
-and its Figure 1, torch's own optimizer on one process with the averaged gradients, and a single process training
-on the whole batch. They run the distributed pieces in 2 and 3 gloo ranks and log every collective your code
-starts (its kind, size, dtype); while your code runs, torch's FSDP (torch.distributed.fsdp), its
-ZeroRedundancyOptimizer, torch.distributed.tensor, torch's functional collectives and the lesson's own helpers
-in course_lib.parallel.sharding are switched off, so each piece has to be built, not borrowed.
+each rank stepping only the parameters it owns and broadcasting them afterwards (ZeRO stage 1), with a
+consolidated state_dict a checkpoint can hold; and MiniFSDP, which keeps only a 1/N shard of every linear and
+embedding weight on each rank, all-gathers a layer's full weight just before it runs, frees it after (autograd
+keeps no copy for backward), all-gathers it again in backward when its gradient computation needs it, and
+reduce-scatters its gradient (ZeRO stage 3: the ZeRO paper, arXiv:1910.02054, §5.3 and §7; FSDP2's
+reshard_after_forward=True). Everything runs on the CPU. The tests compare with references computed in the test
+process: the paper's formula and its Figure 1, torch's own optimizer (and its state_dict) on one process with the
+averaged gradients, and a single process training on the whole batch. They run the distributed pieces in 2 and
+3 gloo ranks and log every collective your code starts (its kind, size, dtype), and watch how long each gathered
+weight lives; while your code runs, torch's FSDP (torch.distributed.fsdp), its ZeroRedundancyOptimizer,
+torch.distributed.tensor, torch's functional collectives and the lesson's own helpers in
+course_lib.parallel.sharding are switched off, so each piece has to be built, not borrowed.
 """
 
 from __future__ import annotations
@@ -106,6 +109,32 @@ class ShardedOptimizer(torch.optim.Optimizer):
     `dist.broadcast` every parameter from its owner (in place, in the same order on every rank), so that every
     rank holds every parameter, whole and equal. Return the closure's loss (None without one).
     Never all-reduce the parameters, and do not use torch's ZeroRedundancyOptimizer (switched off in the tests).
+
+    `state_dict()` (a collective: every rank calls it) returns the CONSOLIDATED state, the same on every rank and
+    in torch.optim's own format over all the parameters, so it equals the state_dict() of one torch optimizer
+    that took the same steps with the averaged gradients: {"state": {index: that parameter's state}, "param_groups":
+    [each group's hyperparameters (the inner optimizer's defaults such as AdamW's betas included, then this
+    group's own values) with "params": its indices]}. A parameter's index is torch.optim's: its place in the
+    groups' parameter lists, one after the other (a parameter listed twice in a group keeps its first index).
+    Each rank contributes the state of the parameters it owns (dist.all_gather_object); the tensors are copies.
+    `load_state_dict(state_dict)` takes such a dict (yours, or a torch optimizer's over the same parameters, in
+    the same groups): it sets every group's hyperparameters, and loads into the inner optimizer the state of this
+    rank's own parameters only. Ownership is recomputed from the sizes, so a checkpoint written with one world
+    size loads with another. (A consolidated state is whole on every rank while it is saved: at scale one writes
+    each rank's shard instead, e.g. with torch.distributed.checkpoint.)
+
+    Two facts to know when using it:
+    - Traffic. The caller all-reduces the gradients (2Ψ elements per rank in a ring, as DDP), then step()
+      broadcasts Ψ more: 3Ψ, 1.5 times DDP's volume. The ZeRO paper (arXiv:1910.02054, §7) counts ZeRO-1 at DDP's
+      2Ψ because it reduce-scatters the gradients (each rank needs only its shard's sum) and all-gathers the
+      updated parameters. DeepSpeed's first stage 1 also all-reduced; its note "ZeRO stage 1 with reduced
+      communication" (deepspeed.ai, 2020-03-17) replaced that all-reduce: "Total communication volume reduction
+      1.5x -> 1x of data parallelism". torch's ZeroRedundancyOptimizer, under DDP, all-reduces and then
+      broadcasts (_broadcast_params_from_rank in torch/distributed/optim/zero_redundancy_optimizer.py), like this
+      class.
+    - Loss scaling. A plain torch.amp.GradScaler is right here: scaler.step(optimizer) unscales and checks for
+      inf/NaN every gradient in self.param_groups, which holds EVERY parameter with its gradient already
+      averaged over the ranks, so every rank finds the same inf and all skip (or all step) together.
     """
 
     def __init__(self, params: Iterable[Any], optimizer_cls: type[torch.optim.Optimizer], **defaults: Any):
@@ -162,8 +191,72 @@ class ShardedOptimizer(torch.optim.Optimizer):
         return loss
         # END SOLUTION
 
+    def _indices(self) -> dict[int, int]:
+        """id(parameter) -> its index in torch.optim's state_dict: its place in the groups' lists, one after another."""
+        # BEGIN SOLUTION: as torch.optim.Optimizer.state_dict numbers them: a running count over the groups' lists, a parameter listed twice keeping its first index
+        index, start = {}, 0
+        for group in self.param_groups:
+            for i, param in enumerate(group["params"], start):
+                index.setdefault(id(param), i)
+            start += len(group["params"])
+        return index
+        # END SOLUTION
+
+    def state_dict(self) -> dict[str, Any]:
+        """The consolidated state, in torch.optim's format over every parameter (a collective: every rank calls it)."""
+        # BEGIN SOLUTION: every group's hyperparameters (the inner group's, then the outer group's on top) with its parameters' indices; this rank's inner state keyed by the global index; dist.all_gather_object of those dicts, merged in index order
+        index = self._indices()
+        groups = []
+        for outer, inner in zip(self.param_groups, self.optimizer.param_groups):
+            packed = {key: value for key, value in inner.items() if key != "params"}
+            packed.update((key, value) for key, value in outer.items() if key != "params")
+            packed["params"] = [index[id(p)] for p in outer["params"]]
+            groups.append(packed)
+        own = {index[id(param)]: state for param, state in self.optimizer.state.items()}
+        everyone: list = [None] * self._world_size
+        dist.all_gather_object(everyone, own)
+        state = {}
+        for part in everyone:
+            state.update(part)
+        return {"state": dict(sorted(state.items())), "param_groups": groups}
+        # END SOLUTION
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a consolidated state (state_dict()'s, or a torch optimizer's over the same parameters and groups)."""
+        # BEGIN SOLUTION: check the groups match in number and length (ValueError); the saved hyperparameters into each outer group; the saved indices mapped to the parameters; then the inner optimizer's own state_dict: its groups with the saved hyperparameters and its own indices, the state of this rank's parameters only
+        saved_groups = state_dict["param_groups"]
+        if len(saved_groups) != len(self.param_groups) or any(
+                len(saved["params"]) != len(group["params"]) for saved, group in zip(saved_groups, self.param_groups)):
+            raise ValueError("the state dict's parameter groups do not match this optimizer's (their number and "
+                             "sizes): build the ShardedOptimizer over the same parameters, in the same groups")
+        param_of = {}
+        for saved, group in zip(saved_groups, self.param_groups):
+            param_of.update(zip(saved["params"], group["params"]))
+            group.update((key, value) for key, value in saved.items() if key != "params")
+        inner_index, inner_groups, start = {}, [], 0
+        for saved, inner in zip(saved_groups, self.optimizer.param_groups):
+            for i, param in enumerate(inner["params"], start):
+                inner_index.setdefault(id(param), i)
+            start += len(inner["params"])
+            hyper = {key: value for key, value in saved.items() if key != "params"}
+            inner_groups.append({**hyper, "params": [inner_index[id(p)] for p in inner["params"]]})
+        inner_state = {inner_index[id(param_of[i])]: value for i, value in state_dict["state"].items()
+                       if id(param_of[i]) in inner_index}
+        self.optimizer.load_state_dict({"state": inner_state, "param_groups": inner_groups})
+        # END SOLUTION
+
 
 SHARDED_TYPES = (nn.Linear, nn.Embedding)  # the layers whose weight MiniFSDP shards
+
+
+def _all_gather_weight(shard: torch.Tensor, rows: int, dtype: torch.dtype, world_size: int) -> torch.Tensor:
+    """The full weight of `rows` rows from every rank's shard, in `dtype`: forward gathers it, and backward again."""
+    # BEGIN SOLUTION: cast the shard to dtype BEFORE communicating (half the bytes in bf16); dist.all_gather into a list of world-size chunks; cat them and cut the padding off (the first `rows` rows)
+    send = shard.detach().to(dtype).contiguous()
+    chunks = [torch.empty_like(send) for _ in range(world_size)]
+    dist.all_gather(chunks, send)
+    return torch.cat(chunks)[:rows]
+    # END SOLUTION
 
 
 class _GatherWeight(torch.autograd.Function):
@@ -171,12 +264,9 @@ class _GatherWeight(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, shard: torch.Tensor, rows: int, compute_dtype, fsdp: "MiniFSDP") -> torch.Tensor:
-        # BEGIN SOLUTION: cast the shard to the compute dtype BEFORE communicating (half the bytes in bf16); dist.all_gather into a list of world-size chunks; cat them and cut the padding off (the first `rows` rows); keep what backward needs on ctx
-        send = shard.detach().to(compute_dtype or shard.dtype).contiguous()
-        chunks = [torch.empty_like(send) for _ in range(fsdp._world_size)]
-        dist.all_gather(chunks, send)
+        # BEGIN SOLUTION: the full weight by _all_gather_weight, in the compute dtype (or the shard's); keep on ctx what backward needs, the shard and the wrapper, never the full weight
         ctx.fsdp, ctx.shard = fsdp, shard
-        return torch.cat(chunks)[:rows]
+        return _all_gather_weight(shard, rows, compute_dtype or shard.dtype, fsdp._world_size)
         # END SOLUTION
 
     @staticmethod
@@ -193,6 +283,19 @@ class _GatherWeight(torch.autograd.Function):
         ctx.fsdp._pending.append((shard, out, work, chunks))
         return None, None, None, None
         # END SOLUTION
+
+
+class _Regather:
+    """What autograd keeps of a saved view of a gathered weight: how to gather it again, not the weight itself."""
+
+    def __init__(self, shard: torch.Tensor, rows: int, dtype: torch.dtype, world_size: int, view: torch.Tensor):
+        self.shard, self.rows, self.dtype, self.world_size = shard, rows, dtype, world_size
+        self.size, self.stride, self.offset = tuple(view.shape), view.stride(), view.storage_offset()
+
+    def gather(self) -> torch.Tensor:
+        """The same view of the weight, all-gathered again (backward calls this through the unpack hook)."""
+        full = _all_gather_weight(self.shard, self.rows, self.dtype, self.world_size)
+        return full.as_strided(self.size, self.stride, self.offset)
 
 
 class MiniFSDP(nn.Module):
@@ -214,18 +317,39 @@ class MiniFSDP(nn.Module):
     - the weight, of R rows (dim 0), is cut into W shards of S = ceil(R / W) rows, the last padded with zero rows
       if W does not divide R; this rank keeps only its shard, rows r*S .. (r+1)*S - 1 of the padded weight, as a
       NEW fp32 nn.Parameter (a copy, not a view: the full weight is kept nowhere), which is what
-      `self.parameters()`, so the optimizer, sees in place of the weight;
+      `self.parameters()`, so the optimizer, sees in place of the weight: it takes the weight's own place,
+      `layer._parameters["weight"]`, so the parameters keep their names and their ORDER, now and after every
+      forward (`state_dict()`'s keys and `list(model.parameters())` never change, and an optimizer's state dict
+      saved at any time loads into an optimizer built at any other);
     - every other parameter (biases, norms' weights) stays replicated: whole on every rank, unchanged.
     So each rank's parameters add up to S x (columns) elements per sharded weight, plus the replicated ones.
-    A forward pre-hook on each such layer all-gathers its full weight just before the layer runs (dist.all_gather,
-    the list form, then the padding cut off) and sets it as the layer's `weight` attribute, through an autograd
-    Function (see _GatherWeight) so that backward reaches the shard; a forward hook drops the attribute again
-    after the layer ran (autograd keeps what the layer's backward needs until that backward has run: after it,
-    the full weight and its full gradient are referenced nowhere).
+
+    Forward, one layer at a time. A forward pre-hook on each such layer all-gathers its full weight just before
+    the layer runs (_all_gather_weight: dist.all_gather, the list form, then the padding cut off) through an
+    autograd Function (_GatherWeight) so that backward reaches the shard, and swaps it into
+    `layer._parameters["weight"]` (assigning to the dict keeps the key's place; popping and re-adding it would move
+    the weight behind the bias). A forward hook (registered with always_call=True) puts the shard back.
+    ZeRO-3 also frees the full weight between the layer's forward and its backward, and gathers it again in
+    backward (the ZeRO paper, Rajbhandari et al. 2020, arXiv:1910.02054, §5.3 and §7: parameters all-gathered in
+    forward and again in backward, 3Ψ elements of traffic against DDP's 2Ψ; FSDP2's `reshard_after_forward=True`,
+    which "frees the unsharded parameters after forward and re-all-gathers them in backward before gradient
+    computation", torch/distributed/fsdp/_fully_shard/_fully_shard.py). Putting the shard back is not enough:
+    F.linear saves its weight (as the view weight.t()) for backward whenever its input requires grad, so autograd
+    would keep every layer's full weight alive from its forward to its backward (that is
+    reshard_after_forward=False, ZeRO-2's parameter memory). So the pre-hook also enters
+    `torch.autograd.graph.saved_tensors_hooks(pack, unpack)` and the forward hook exits it: pack receives every
+    tensor the layer saves for backward; one that shares the gathered weight's storage (a view of it) it
+    replaces by a small _Regather token (the shard, the rows, the dtype and the view's size, stride and storage
+    offset: never the full tensor; the hooks must not reference it either), everything else it returns as is;
+    unpack, called in backward, all-gathers the weight again (cast to the compute dtype as in forward) and returns
+    the same view of it. After a layer's forward its full weight is referenced nowhere; in backward each linear
+    layer whose weight autograd needs (its input requires grad) all-gathers it once more, then reduce-scatters its
+    gradient. F.embedding saves only the indices: an embedding needs no second gather.
+
     With `compute_dtype` (e.g. torch.bfloat16), a sharded layer computes in that dtype: the shard is cast before
-    the all-gather (half the bytes travel), the layer's floating inputs and a linear's bias are cast too, and its
-    output is cast back to float32, so the rest of the model (norms, activations) runs as before. The shards, the
-    master weights the optimizer updates, stay fp32.
+    the all-gather (half the bytes travel, in forward and in backward), the layer's floating inputs and a linear's
+    bias are cast too, and its output is cast back to float32, so the rest of the model (norms, activations) runs
+    as before. The shards, the master weights the optimizer updates, stay fp32.
     In backward, the full weight's gradient (fp32) is reduce-scattered (dist.reduce_scatter, the list form, a sum
     over the ranks, then divided by W: the mean), each rank receiving its shard's rows; start it with
     async_op=True and let `finish_gradient_synchronization()` (after backward, before optimizer.step()) wait for
@@ -233,8 +357,16 @@ class MiniFSDP(nn.Module):
     Afterwards every parameter's .grad is fp32, shaped like the parameter, and the same as one process would get
     from the mean loss over the union of the ranks' equally sized batches (its shard's rows, for a sharded
     weight). Never all-reduce a sharded weight's full gradient.
+    Loss scaling: after the reduce-scatter a rank holds only its shard's gradient, so an inf or NaN can sit on one
+    rank alone; per-rank torch.amp.GradScaler would then disagree (one rank steps its shards, another skips and
+    backs off its scale: the model is half updated and the scales drift apart). Use
+    torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler (its unscale_ all-reduces found_inf over the
+    process group, so every rank skips together), or all-reduce found_inf (MAX) yourself before stepping.
+
     `gather_full_params()` (a collective: every rank calls it) returns a new dict from every parameter name of
-    `self.module` as it was before wrapping ("0.weight", "0.bias", ...) to its full fp32 tensor (detached copies).
+    `self.module` as it was before wrapping ("0.weight", "0.bias", ...) to its full fp32 tensor: compact copies
+    (no padding rows kept behind a view: each tensor's storage holds exactly its elements) that share no memory
+    with the live parameters, so a later step does not change them.
     A weight shared by two layers is not supported. Use only dist.all_gather, dist.reduce_scatter, dist.all_reduce
     and dist.broadcast (the tensor forms warn in torch 2.14): torch's FSDP, torch.distributed.tensor and torch's
     functional collectives are switched off in the tests.
@@ -243,13 +375,14 @@ class MiniFSDP(nn.Module):
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
         super().__init__()
         self.module = module
-        # BEGIN SOLUTION: for each nn.Linear / nn.Embedding: pad the weight's rows to W x S, keep rows r*S .. (r+1)*S - 1 as a new fp32 Parameter in the layer's _parameters["weight"], and register a forward pre-hook (gather, set the attribute) and a forward hook (drop it); remember every parameter's original name and whether it is sharded
+        # BEGIN SOLUTION: for each nn.Linear / nn.Embedding: pad the weight's rows to W x S, keep rows r*S .. (r+1)*S - 1 as a new fp32 Parameter in the weight's own place, layer._parameters["weight"], and register a forward pre-hook (_gather) and a forward hook (_release, always_call=True); remember every parameter's original name and whether it is sharded
         if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype) and compute_dtype.is_floating_point):
             raise ValueError(f"compute_dtype is {compute_dtype!r}: pass a floating dtype such as torch.bfloat16, "
                              "or None to compute in float32")
         self.compute_dtype = compute_dtype
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self._pending: list = []  # (shard, reduced, work, chunks) of the reduce-scatters in flight
+        self._running: dict[int, tuple] = {}  # id(layer) -> (the parameters swapped out, the saved-tensor hooks)
         self._names: list[tuple[str, nn.Module, str, int | None]] = []  # (name, layer, attribute, full rows or None)
         sharded = {}
         for layer in module.modules():
@@ -260,10 +393,10 @@ class MiniFSDP(nn.Module):
                 padded = torch.zeros((per_rank * self._world_size,) + tuple(weight.shape[1:]), dtype=torch.float32)
                 padded[:rows] = weight
                 shard = nn.Parameter(padded[self._rank * per_rank:(self._rank + 1) * per_rank].clone())
-                layer._parameters["weight"] = shard
+                layer._parameters["weight"] = shard  # the same key: the parameters keep their order
                 sharded[id(layer)] = rows
                 layer.register_forward_pre_hook(self._gather)
-                layer.register_forward_hook(self._release)
+                layer.register_forward_hook(self._release, always_call=True)
         for name, _ in module.named_parameters():
             owner_name, _, attribute = name.rpartition(".")
             layer = module.get_submodule(owner_name)
@@ -272,30 +405,49 @@ class MiniFSDP(nn.Module):
         self._rows = sharded
         # END SOLUTION
 
-    def _gather(self, layer: nn.Module, args: tuple) -> tuple:
-        """The forward pre-hook: the layer's full weight as its `weight` attribute, its inputs cast if need be."""
-        # BEGIN SOLUTION: take the shard out of _parameters (a plain tensor cannot replace a registered Parameter), set layer.weight to _GatherWeight.apply(shard, ...); with a compute dtype, the bias the same way (cast), and floating inputs cast
-        shard = layer._parameters.pop("weight")
-        layer.__dict__["_fsdp_shard"] = shard  # a plain attribute: setattr would register it as a parameter
-        layer.weight = _GatherWeight.apply(shard, self._rows[id(layer)], self.compute_dtype, self)
+    def _saved_tensor_hooks(self, full: torch.Tensor, shard: torch.Tensor, rows: int, dtype: torch.dtype):
+        """The (pack, unpack) pair that keeps a token instead of any view of `full` that autograd saves."""
+        # BEGIN SOLUTION: remember only full's storage address (an int: the hooks must not keep full alive); pack: a tensor on that storage becomes a _Regather token, anything else passes; unpack: a token gathers again, anything else passes
+        address, world_size = full.untyped_storage().data_ptr(), self._world_size
+
+        def pack(tensor: torch.Tensor):
+            if tensor.untyped_storage().data_ptr() == address:
+                return _Regather(shard, rows, dtype, world_size, tensor)
+            return tensor
+
+        def unpack(saved):
+            return saved.gather() if isinstance(saved, _Regather) else saved
+
+        return pack, unpack
+        # END SOLUTION
+
+    def _gather(self, layer: nn.Module, args: tuple) -> tuple | None:
+        """The forward pre-hook: the full weight in the shard's place, the saved-tensor hooks on, inputs cast."""
+        # BEGIN SOLUTION: full = _GatherWeight.apply(shard, ...) assigned to layer._parameters["weight"] (the same key); with a compute dtype, the bias cast the same way; enter torch.autograd.graph.saved_tensors_hooks(*self._saved_tensor_hooks(...)) and keep it with the swapped-out parameters for _release; floating inputs cast
+        shard = layer._parameters["weight"]
+        rows, dtype = self._rows[id(layer)], self.compute_dtype or shard.dtype
+        full = _GatherWeight.apply(shard, rows, self.compute_dtype, self)
+        swapped = {"weight": shard}
+        layer._parameters["weight"] = full
+        bias = layer._parameters.get("bias")
+        if self.compute_dtype is not None and bias is not None:
+            swapped["bias"] = bias
+            layer._parameters["bias"] = bias.to(self.compute_dtype)
+        hooks = torch.autograd.graph.saved_tensors_hooks(*self._saved_tensor_hooks(full, shard, rows, dtype))
+        hooks.__enter__()
+        self._running[id(layer)] = (swapped, hooks)
         if self.compute_dtype is None:
             return None
-        bias = layer._parameters.get("bias")
-        if bias is not None:
-            layer.__dict__["_fsdp_bias"] = layer._parameters.pop("bias")
-            layer.bias = bias.to(self.compute_dtype)
         return tuple(a.to(self.compute_dtype) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                      for a in args)
         # END SOLUTION
 
     def _release(self, layer: nn.Module, args: tuple, output: Any) -> Any:
-        """The forward hook: drop the full weight (and the cast bias), put the parameters back; output to fp32."""
-        # BEGIN SOLUTION: delete the attributes, restore the shard (and bias) into _parameters; with a compute dtype, return the output cast to float32
-        del layer.weight
-        layer._parameters["weight"] = layer.__dict__.pop("_fsdp_shard")
-        if "_fsdp_bias" in layer.__dict__:
-            del layer.bias
-            layer._parameters["bias"] = layer.__dict__.pop("_fsdp_bias")
+        """The forward hook: the saved-tensor hooks off, the shard (and bias) back in place; output to fp32."""
+        # BEGIN SOLUTION: exit the saved-tensor hooks; put the swapped-out parameters back into layer._parameters (the same keys); with a compute dtype, return the output cast to float32
+        swapped, hooks = self._running.pop(id(layer))
+        hooks.__exit__(None, None, None)
+        layer._parameters.update(swapped)
         if self.compute_dtype is not None and isinstance(output, torch.Tensor) and output.is_floating_point():
             return output.float()
         return None
@@ -317,8 +469,8 @@ class MiniFSDP(nn.Module):
         # END SOLUTION
 
     def gather_full_params(self) -> dict[str, torch.Tensor]:
-        """Every parameter of the wrapped module by its original name, full and fp32 (a collective)."""
-        # BEGIN SOLUTION: replicated: a detached fp32 copy; sharded: all_gather the shards, cat, cut the padding off
+        """Every parameter of the wrapped module by its original name, full and fp32, compact copies (a collective)."""
+        # BEGIN SOLUTION: replicated: a detached fp32 copy; sharded: all_gather the shards, cat, cut the padding off, and clone (the cut is a view that keeps the padding rows in its storage)
         full = {}
         for name, layer, attribute, rows in self._names:
             param = layer._parameters[attribute].detach()
@@ -327,7 +479,7 @@ class MiniFSDP(nn.Module):
             else:
                 chunks = [torch.empty_like(param) for _ in range(self._world_size)]
                 dist.all_gather(chunks, param.contiguous())
-                full[name] = torch.cat(chunks)[:rows].float()
+                full[name] = torch.cat(chunks)[:rows].float().clone()
         return full
         # END SOLUTION
 

@@ -14,11 +14,12 @@ every all-reduce is logged where every dist.all_reduce passes (the process group
 size, dtype and group, whether it was asynchronous, and when it was waited on; markers in the same log say
 when backward reached the model's first layer and when it returned. So the tests check the algorithm, not
 only the numbers: the first all-reduce starts during backward, nothing waits before backward returns, and
-there is one all-reduce per bucket per step. train_with_accumulation runs torch's DDP with a counting comm
+there is one all-reduce per bucket per step, also when the same module is wrapped twice (a notebook cell run
+again) and none after close() or a `with` block. train_with_accumulation runs torch's DDP with a counting comm
 hook (one all-reduce per optimizer step) and a counting no_sync.
 
 Generated inputs (Hypothesis): gradient sizes from 0 bytes to GiBs, lists empty or of one parameter, caps
-of 0, fractions of a MiB and sizes right at a limit; dataset lengths from 0, shorter than the world size,
+of 0, fractions of a MiB and sizes right at a limit (and, fixed, sizes and caps as numpy scalars); dataset lengths from 0, shorter than the world size,
 world sizes 1 to 5, every rank, seeds, epochs, drop_last both ways; accumulation windows that do not divide
 the number of micro-batches.
 """
@@ -167,7 +168,8 @@ def bad_bucket_cases(draw):
 
 BAD_BUCKET_CASES = [(([100, -1, 50], 25.0, 1.0), "sizes_in_bytes"), (([100], -1.0, 1.0), "bucket_cap_mb"),
                     (([100], 25.0, -0.5), "first_bucket_mb"), (([-5], 0, 0), "sizes_in_bytes"),
-                    (([100, 200], float("nan"), 1.0), "bucket_cap_mb"), (([0], 0.0, -1e-9), "first_bucket_mb")]
+                    (([100, 200], float("nan"), 1.0), "bucket_cap_mb"), (([0], 0.0, -1e-9), "first_bucket_mb"),
+                    (([100, True, 50], 25.0, 1.0), "sizes_in_bytes")]   # a bool is an int, not a size
 
 
 @pytest.mark.points(1)
@@ -182,6 +184,48 @@ def test_bucket_assignment_rejects_bad_input(cases):
         assert broken in message, (
             f"{where}: the ValueError should name the argument to fix ({broken}) and say what to pass; it says "
             f"{message!r}")
+
+
+def _numpy_bucket_driver(module, cases):
+    # numpy's scalars are made here, in the child, from (dtype name, value) pairs: plain data crosses over
+    import numpy as np
+
+    def scalar(pair):
+        return np.dtype(pair[0]).type(pair[1])
+
+    out = []
+    for sizes, cap, first in cases:
+        result = module.bucket_assignment([scalar(s) for s in sizes], scalar(cap), scalar(first))
+        out.append({"types": _result_types(result),
+                    "buckets": [[int(i) for i in bucket] for bucket in result] if isinstance(result, list) else None})
+    return out
+
+
+# Sizes as numpy computes them (np.prod(shape) * 4 is a numpy.int64) and in narrow dtypes: two numpy.uint16
+# sizes of 60000 add up to 120000 as Python ints, to 54464 if the running total stays a numpy.uint16.
+NUMPY_BUCKET_CASES = [
+    ([("int64", 4 * 64 * 32), ("int64", 4 * 64), ("int64", 4 * 10 * 64), ("int64", 40)], ("float64", 25.0),
+     ("float64", 1.0)),
+    ([("uint16", 60000)] * 4, ("float64", 100_000 / MiB), ("int64", 0)),
+    ([("int32", 300), ("uint8", 200), ("int16", 700), ("intp", 1000)], ("int64", 0), ("float64", 1000 / MiB)),
+]
+
+
+@pytest.mark.points(1)
+def test_bucket_assignment_accepts_numpy_integers():
+    got = run("ex05", _numpy_bucket_driver, NUMPY_BUCKET_CASES, timeout=TIMEOUT)
+    for (sizes, cap, first), result in zip(NUMPY_BUCKET_CASES, got):
+        where = (f"bucket_assignment([{', '.join(f'np.{d}({v})' for d, v in sizes)}], bucket_cap_mb=np.{cap[0]}"
+                 f"({_mb(cap[1])}), first_bucket_mb=np.{first[0]}({_mb(first[1])}))")
+        assert result["types"][0] == "list" and all(t[0] == "list" for t in result["types"][1]), (
+            f"{where} must return a list of lists, got {result['types']}")
+        assert all(t == "int" for bucket in result["types"][1] for t in bucket[1]), (
+            f"{where}: every index must be a Python int, got {result['types']}")
+        want = _ddp_buckets([v for _, v in sizes], cap[1], first[1])
+        assert result["buckets"] == want, (
+            f"{where}: numpy's integers are whole numbers (numbers.Integral, operator.index), and sizes add up as "
+            f"Python ints (a numpy.uint16 total wraps around at 65536): DDP's buckets are {want}, got "
+            f"{result['buckets']}")
 
 
 # ---------------------------------------------------------------- MiniDDP: the ranks' side
@@ -532,6 +576,78 @@ def test_mini_ddp_all_reduces_once_per_bucket_every_step(world_size):
                     f"{where}: the buckets hold {want} elements (bucket_assignment over the trainable parameters), "
                     f"the all-reduces carried {sorted(e[2] for e in reduces)}")
                 assert all(e[3] == "torch.float32" for e in reduces), f"{where}: all-reduce the gradients' own dtype"
+
+
+def _rewrap_driver(rank, world_size, module, case):
+    _switch_off_torch_ddp()
+    rows, cap = case["rows"], case["cap"]
+    mine = slice(rank * rows, (rank + 1) * rows)
+    model = make_model(case["model"], case["seed"] + rank)
+    with _AllReduceLog() as log:
+        first = module.MiniDDP(model, bucket_cap_mb=cap)  # a notebook cell run once...  # noqa: F841 (kept alive)
+        wrapped = module.MiniDDP(model, bucket_cap_mb=cap)  # ...and run again, on the same module
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+        for step in range(case["steps"]):
+            x, y = _global_batch(case["seed"], step, world_size, rows)
+            log.mark(f"step {step}")
+            optimizer.zero_grad()
+            F.mse_loss(wrapped(x[mine]), y[mine]).backward()
+            wrapped.finish_gradient_synchronization()
+            optimizer.step()
+        params = [p.detach().clone() for p in model.parameters()]
+        wrapped.close()
+        wrapped.close()  # twice: harmless
+        log.mark("step after close()")
+        model.zero_grad()
+        F.mse_loss(model(x[mine]), y[mine]).backward()
+        other = make_model(case["model"], case["seed"])
+        log.mark("step inside a with block")
+        with module.MiniDDP(other, bucket_cap_mb=cap) as entered:
+            is_self = isinstance(entered, module.MiniDDP) and entered.module is other
+            F.mse_loss(entered(x[mine]), y[mine]).backward()
+            entered.finish_gradient_synchronization()
+        log.mark("step after the with block")
+        other.zero_grad()
+        F.mse_loss(other(x[mine]), y[mine]).backward()
+    return {"events": log.events, "params": params, "is_self": is_self}
+
+
+REWRAP_CASES = [{"model": "mlp3", "cap": 300 / MiB, "steps": 2, "rows": 2, "seed": 11},
+                {"model": "tied", "cap": 0.0, "steps": 2, "rows": 1, "seed": 12}]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2])
+@pytest.mark.parametrize("case", REWRAP_CASES, ids=lambda case: f"{case['model']}-cap{round(case['cap'] * MiB)}B")
+def test_mini_ddp_wrapped_twice_or_closed_leaves_one_set_of_hooks(world_size, case):
+    got = run("ex05", _rewrap_driver, case, world_size=world_size, timeout=TIMEOUT)
+    want = _reference_buckets(case["model"], case["cap"])
+    reference, _ = _single_process(case, world_size)
+    names = [name for name, _ in reference.named_parameters()]
+    for rank in range(world_size):
+        result = got[rank]
+        where = f"rank {rank} of {world_size}, model {case['model']!r}, bucket_cap_mb={_mb(case['cap'])}"
+        parts = _steps_of(result["events"])
+        assert len(parts) == case["steps"] + 3
+        for step, part in enumerate(parts[:case["steps"]]):
+            reduces = [e for e in part if e[0] == "all_reduce"]
+            assert len(reduces) == len(want), (
+                f"{where}, step {step}: the module was wrapped twice (a cell run again), so only the second "
+                f"MiniDDP's hooks may fire: {len(want)} all-reduce(s) per step, one per bucket, got {len(reduces)} "
+                "(the constructor must close the MiniDDP that wrapped this module before: remove its hooks)")
+        for name, param, expected in zip(names, result["params"], reference.parameters()):
+            torch.testing.assert_close(param, expected.detach(), msg=lambda m: (
+                f"{where}: after wrapping twice and {case['steps']} steps, {name} differs from one process on the "
+                f"whole batch\n{m}"))
+        after_close, inside, after_with = parts[case["steps"]:]
+        assert not [e for e in after_close if e[0] == "all_reduce"], (
+            f"{where}: a backward after close() started an all-reduce: close() must remove every hook it registered "
+            "(keep the handles register_post_accumulate_grad_hook returns and call .remove())")
+        assert result["is_self"], f"{where}: `with MiniDDP(module) as model:` must give the wrapper itself"
+        assert len([e for e in inside if e[0] == "all_reduce"]) == len(want), (
+            f"{where}: inside `with MiniDDP(...) as model:` a step all-reduces once per bucket ({len(want)})")
+        assert not [e for e in after_with if e[0] == "all_reduce"], (
+            f"{where}: after the `with` block ends the wrapper is closed: a backward must start no all-reduce")
 
 
 # ---------------------------------------------------------------- sampler_indices

@@ -188,6 +188,66 @@ def test_format_limits_rejects_bad_arguments():
             f"{message!r}")
 
 
+def _any_width_driver(module, cases):
+    """Per case: the four limits as floats, or [exception class name, message] (NotImplementedError propagates)."""
+    _switch_off_other_limits()
+    out = []
+    for e, m, has_inf in cases:
+        try:
+            result = module.format_limits(e, m, has_inf=has_inf)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the exception is the answer here
+            out.append({"raised": [type(exc).__name__, str(exc)]})
+            continue
+        out.append({"raised": None, "fields": {name: float(getattr(result, name, math.nan)) for name in FIELDS}})
+    return out
+
+
+def _decoded_limits(e: int, m: int, has_inf: bool) -> dict:
+    """Each limit as the exact value (a Fraction) of the bit pattern that holds it, decoded by _decode above."""
+    top_fields = [(field << m) | mantissa for field in (2**e - 2, 2**e - 1) for mantissa in (2**m - 2, 2**m - 1)
+                  if mantissa >= 0]
+    finite = [value for value, _ in map(lambda bits: _decode(bits, e, m, has_inf), top_fields)
+              if isinstance(value, Fraction)]
+    bias = 2 ** (e - 1) - 1
+    return {"max": max(finite), "smallest_normal": _decode(1 << m, e, m, has_inf)[0],
+            "smallest_subnormal": _decode(1, e, m, has_inf)[0],
+            "eps": _decode((bias << m) | 1, e, m, has_inf)[0] - 1}
+
+
+WIDE_FORMATS = [(11, 52, False), (11, 1, False), (11, 52, True), (10, 52, False), (11, 23, False), (2, 52, False)]
+
+
+@pytest.mark.points(1)
+@settings(max_examples=5)
+@given(cases=st.lists(st.tuples(st.integers(2, 11), st.integers(1, 52), st.booleans()), min_size=1, max_size=8))
+@example(cases=WIDE_FORMATS)
+def test_format_limits_of_any_width_or_a_value_error(cases):
+    got = run("ex06", _any_width_driver, cases, timeout=TIMEOUT)
+    for (e, m, has_inf), result in zip(cases, got):
+        where = _call(e, m, has_inf)
+        want = _decoded_limits(e, m, has_inf)
+        try:
+            floats = {name: float(value) for name, value in want.items()}  # exact: at most 53 significant bits
+        except OverflowError:  # the largest value does not fit a Python float: the docstring asks for a ValueError
+            assert result["raised"] is not None, (
+                f"{where} returned {result['fields']}, but its max, {float(want['max'] / 2**1024)!r} * 2**1024, is "
+                "beyond a Python float: raise ValueError")
+            kind, message = result["raised"]
+            assert kind == "ValueError", (
+                f"{where} must raise ValueError (its max is beyond a float), not {kind}: {message}")
+            assert "has_inf" in message or "exponent_bits" in message, (
+                f"{where}: the ValueError should name the argument to change (has_inf or exponent_bits) and say what "
+                f"to pass; it says {message!r}")
+            continue
+        assert result["raised"] is None, f"{where} raised {result['raised'][0]}: {result['raised'][1]}"
+        for name, value in floats.items():
+            assert result["fields"][name] == value, (
+                f"{where}.{name} should be {value!r} (the bit pattern that holds it, decoded exactly), "
+                f"got {result['fields'][name]!r}")
+
+
 # ---------------------------------------------------------------- round_to_bfloat16
 
 

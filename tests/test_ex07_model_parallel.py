@@ -10,9 +10,10 @@ GELU) on the whole weight and the whole batch, in one process, forward and backw
 
 Generated inputs (Hypothesis): pipelines of 1 to 6 stages and 1 to 10 micro-batches (fewer, as many and more
 micro-batches than stages), both kinds; bubbles up to 12 stages and 40 micro-batches; cost lists of 1 to 9
-layers, ints and floats, zeros, a layer a billion times the others, as lists and as tuples; linear layers with
-and without bias, float32 and float64, inputs of 2 and 3 dimensions ((batch, features), (batch, seq, features)),
-batches of 1; the MLP on the default group and on groups of two ranks made with dist.new_group.
+layers, ints and floats, zeros, a layer a billion times the others, as lists and as tuples, and costs from
+1e300 to the largest float, whose sums overflow to inf in floats (those splits compared in exact fractions);
+linear layers with and without bias, float32 and float64, inputs of 2 and 3 dimensions ((batch, features),
+(batch, seq, features)), batches of 1; the MLP on the default group and on groups of two ranks made with dist.new_group.
 
 The tensor-parallel layers run in 1, 2 and 4 gloo ranks. Every rank builds the same nn.Linear from the same
 seed; inside the rank every collective is logged where every torch.distributed function passes (the process
@@ -26,6 +27,7 @@ course_lib.parallel modules (a schedule simulator, tensor-parallel helpers) refu
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from itertools import combinations
 
@@ -493,6 +495,52 @@ def test_partition_returns_contiguous_stages(cases):
         _check_groups(result, costs, stages, where)
         assert not result["is_input"], f"{where}: return a new list, not costs"
         assert result["unchanged"], f"{where} changed its argument costs (a {'tuple' if as_tuple else 'list'}): leave it"
+
+
+def _exact_best_split(costs, stages):
+    """_best_split in exact fractions: near the largest float a sum of costs overflows to inf (and math.fsum raises)."""
+    n, best = len(costs), None
+    for cuts in combinations(range(1, n), stages - 1):
+        bounds = (0, *cuts, n)
+        largest = max(sum(map(Fraction, costs[a:b])) for a, b in zip(bounds, bounds[1:]))
+        best = largest if best is None else min(best, largest)
+    return best
+
+
+huge_costs = (st.floats(1e300, sys.float_info.max, allow_nan=False, allow_infinity=False)
+              | st.sampled_from([1e308, sys.float_info.max, 1.0, 0.0]))
+
+
+@st.composite
+def huge_partition_cases(draw):
+    costs = draw(st.lists(huge_costs, min_size=2, max_size=7))
+    return costs, draw(st.integers(2, len(costs))), draw(st.booleans())
+
+
+# Each one's total is beyond the largest float (about 1.8e308), so a running sum of the costs reaches inf.
+HUGE_PARTITIONS = [([1e308, 1e308], 2, False), ([sys.float_info.max] * 4, 2, True), ([1e308] * 3, 2, False),
+                   ([1e308, 1.0, 1e308, 1e308], 3, True), ([1.5e308, 1e308, 0.0, 1.7e308], 2, False)]
+
+
+@pytest.mark.points(1)
+@settings(max_examples=4)
+@given(cases=st.lists(huge_partition_cases(), min_size=1, max_size=6))
+@example(cases=HUGE_PARTITIONS)
+def test_partition_handles_costs_near_the_float_maximum(cases):
+    got = run("ex07", _partition_driver, cases, timeout=TIMEOUT)
+    for (costs, stages, as_tuple), result in zip(cases, got):
+        where = f"partition({tuple(costs) if as_tuple else costs}, {stages})"
+        groups = result["groups"]
+        assert groups is None or len(groups) != stages or all(groups), (
+            f"{where} left a stage empty: {groups}. These costs are finite, but their sum is not: 1e308 + 1e308 "
+            f"is inf in floats, so every split looks as bad as any other (inf), and inf - inf is nan. Keep the "
+            f"sums finite, e.g. divide every cost by the same power of two (math.frexp, math.ldexp)")
+        groups = _check_groups(result, costs, stages, where)
+        best = _exact_best_split(costs, stages)
+        largest = max(sum(Fraction(costs[i]) for i in group) for group in groups)
+        assert largest <= best * (1 + Fraction(1, 10**9)), (
+            f"{where}: the costliest of your stages {groups} costs {float(largest):.6g}, but a split whose "
+            f"costliest stage costs {float(best):.6g} exists (found by trying every split, in exact fractions)")
 
 
 BAD_PARTITIONS = [(([], 1), "costs"), (([1, -1], 1), "costs"), (([1, math.nan], 1), "costs"),

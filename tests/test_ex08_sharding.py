@@ -3,23 +3,31 @@
 References are computed here, in the test process, without the learner's code: the bytes of model state per GPU
 by the ZeRO paper's formula in exact fractions (and its Figure 1: 7.5e9 parameters on 64 GPUs); the sharded
 optimizer by torch's own optimizer (AdamW, SGD with momentum) on one process, stepping with the mean of the
-ranks' gradients; MiniFSDP by one process training on the whole batch with SGD, in float32, or casting the same
-layers' weights, biases and inputs to bfloat16 and their outputs back to float32.
+ranks' gradients, and its state_dict() by that optimizer's state_dict(); MiniFSDP by one process training on the
+whole batch with SGD, in float32, or casting the same layers' weights, biases and inputs to bfloat16 and their
+outputs back to float32, and with a loss scaler by one process's torch.amp.GradScaler.
 
 Generated inputs (Hypothesis): parameter counts up to 10^12, 1 to 1024 GPUs, every stage, optimizer bytes per
 parameter 0 to 16; optimizers over an MLP and over a model whose output layer is tied to its embedding, one or two
-parameter groups, a learning rate changed between steps, 1 to 4 steps of 1 to 3 rows per rank; MiniFSDP over
-stacks of linear layers (with and without bias, LayerNorm between them or not) behind an embedding or not,
-weights whose rows the world size does not divide, 1 to 3 steps.
+parameter groups, a learning rate changed between steps, 1 to 4 steps of 1 to 3 rows per rank, a checkpoint after
+1 to 3 of them; MiniFSDP over stacks of linear layers (with and without bias, LayerNorm between them or not)
+behind an embedding or not, weights whose rows the world size does not divide, 1 to 3 steps, float32 or bfloat16.
 
 The distributed pieces run in 2 and 3 gloo ranks, each on its own rows of the global batch. Inside the rank every
 collective is logged where every torch.distributed function passes (the process group's methods): its kind, size
 and dtype, so the tests check HOW the pieces talk (the optimizer only broadcasts or all-gathers parameters after
-its step; MiniFSDP all-gathers each sharded layer's weight in forward and reduce-scatters its gradient, and
-all-reduces nothing but the replicated parameters' gradients), what each rank holds (the optimizer state of its
-own parameters only; 1/N of each sharded weight; no full weight left referenced after the step), not only the
-numbers. MiniFSDP's ranks run with FutureWarning and DeprecationWarning raised as errors. While the learner's code
-runs, torch's FSDP (torch.distributed.fsdp, fully_shard), ZeroRedundancyOptimizer, torch.distributed.tensor's
+its step; MiniFSDP all-gathers each sharded layer's weight in forward, all-gathers again in backward the weights
+autograd needs there (ZeRO-3), reduce-scatters their gradients, and all-reduces nothing but the replicated
+parameters' gradients), what each rank holds (the optimizer state of its own parameters only; 1/N of each sharded
+weight; no full weight left referenced after the step), and how long a full weight lives: during each sharded
+layer's forward a TorchDispatchMode keeps a weak reference to the storage of every tensor at least as large as
+the layer's full weight (the batches are small, so activations are smaller), and all of them must be freed when
+the next sharded layer's forward starts. Also: the parameters' order (state_dict() keys, an optimizer's state
+dict built before the first forward loading into one built after), gather_full_params() returning compact
+copies, torch's ShardedGradScaler skipping the step on every rank when one rank's gradient shard holds an inf,
+and ShardedOptimizer resuming from its state_dict() (and from torch's) like an uninterrupted torch optimizer.
+MiniFSDP's ranks run with FutureWarning and DeprecationWarning raised as errors. While the learner's code runs,
+torch's FSDP (torch.distributed.fsdp, fully_shard), ZeroRedundancyOptimizer, torch.distributed.tensor's
 distribute functions, torch's functional collectives and the lesson's course_lib.parallel.sharding refuse to run.
 """
 
@@ -305,12 +313,13 @@ def _optimizer_driver(rank, world_size, module, cases):
     return out
 
 
-def _optimizer_reference(case, world_size):
-    """torch's optimizer in this process, stepping with the mean of every rank's gradients; its state per parameter."""
+def _torch_steps(case, world_size, before_step=lambda step, optimizer: None):
+    """torch's optimizer in this process, stepping with the mean of every rank's gradients: (params, optimizer)."""
     model = _optimizer_model(case)
     params = list(model.parameters())
     optimizer = getattr(torch.optim, case["optimizer"])(_optimizer_params(model, case), **_optimizer_kwargs(case))
     for step in range(case["steps"]):
+        before_step(step, optimizer)
         if step == case["halve_at"]:
             for group in optimizer.param_groups:
                 group["lr"] *= 0.5
@@ -323,6 +332,12 @@ def _optimizer_reference(case, world_size):
         for t, p in zip(total, params):
             p.grad = t / world_size
         optimizer.step()
+    return params, optimizer
+
+
+def _optimizer_reference(case, world_size):
+    """torch's optimizer in this process (_torch_steps): the parameters, the state per parameter, the lrs."""
+    params, optimizer = _torch_steps(case, world_size)
     return {"params": [p.detach() for p in params], "state": [_state_elements([optimizer.state], p) for p in params],
             "lrs": [group["lr"] for group in optimizer.param_groups]}
 
@@ -439,6 +454,138 @@ def test_sharded_optimizer_param_groups_hold_every_parameter(world_size):
                 f"{where}: the groups' lr after training should be {want['lrs']}, got {result['lrs']}")
 
 
+def _round_trip(value):
+    """What a checkpoint file gives back: torch.save, then torch.load(weights_only=True)."""
+    import io
+
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    buffer.seek(0)
+    return torch.load(buffer, weights_only=True)
+
+
+def _resume_driver(rank, world_size, module, cases, torch_states):
+    """Per case: train case["save_at"] steps, save the model and optimizer.state_dict() (through torch.save and
+    torch.load), build a FRESH model (another seed) and ShardedOptimizer, load both, train the remaining steps;
+    again from torch's own optimizer's state dict at the same step (`torch_states`, computed in the test)."""
+    import copy
+
+    _switch_off_shortcuts(module)
+    out = []
+    for case, torch_state in zip(cases, torch_states):
+        model = _optimizer_model(case)
+        optimizer = module.ShardedOptimizer(_optimizer_params(model, case), getattr(torch.optim, case["optimizer"]),
+                                            **_optimizer_kwargs(case))
+        for step in range(case["save_at"]):
+            _optimizer_step(model, optimizer, case, step, rank, world_size)
+        saved_model = _round_trip(model.state_dict())
+        saved = _round_trip(optimizer.state_dict())
+        finals = []
+        for optimizer_state in (saved, torch_state):
+            fresh = _optimizer_model({**case, "seed": case["seed"] + 1})  # other weights: loading must set them
+            fresh.load_state_dict(saved_model)
+            resumed = module.ShardedOptimizer(_optimizer_params(fresh, case),
+                                              getattr(torch.optim, case["optimizer"]), **_optimizer_kwargs(case))
+            resumed.load_state_dict(copy.deepcopy(optimizer_state))  # torch's load_state_dict keeps its tensors
+            for step in range(case["save_at"], case["steps"]):
+                _optimizer_step(fresh, resumed, case, step, rank, world_size)
+            finals.append([p.detach().clone() for p in fresh.parameters()])
+        out.append({"saved": saved, "resumed": finals[0], "from_torch": finals[1]})
+    return out
+
+
+def _optimizer_step(model, optimizer, case, step, rank, world_size):
+    """One step as _optimizer_driver takes it: lr halved at halve_at, the gradients averaged by an all-reduce."""
+    if step == case["halve_at"]:
+        for group in optimizer.param_groups:
+            group["lr"] *= 0.5
+    optimizer.zero_grad()
+    _optimizer_loss(model, case, step, rank).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= world_size
+    optimizer.step()
+
+
+def _torch_run(case, world_size):
+    """torch's optimizer in this process, uninterrupted: its state_dict after save_at steps, its final parameters."""
+    import copy
+
+    saved = {}
+
+    def save(step, optimizer):
+        if step == case["save_at"]:
+            saved["state_dict"] = copy.deepcopy(optimizer.state_dict())
+
+    params, _ = _torch_steps(case, world_size, save)
+    return saved.get("state_dict"), [p.detach() for p in params]
+
+
+def _check_state_dict(mine, want, where):
+    """A state dict against torch's own: the same groups (hyperparameters and indices) and the same state."""
+    assert isinstance(mine, dict) and set(mine) >= {"state", "param_groups"}, (
+        f"{where}: state_dict() should return torch.optim's format, a dict with 'state' and 'param_groups'; got "
+        f"{sorted(mine) if isinstance(mine, dict) else type(mine).__name__}")
+    assert len(mine["param_groups"]) == len(want["param_groups"]), (
+        f"{where}: state_dict()['param_groups'] should hold {len(want['param_groups'])} group(s), like torch's; it "
+        f"holds {len(mine['param_groups'])}")
+    for index, (group, theirs) in enumerate(zip(mine["param_groups"], want["param_groups"])):
+        wrong = {key: group.get(key, "(missing)") for key, value in theirs.items() if group.get(key) != value}
+        assert not wrong, (
+            f"{where}: param_groups[{index}] should be torch's {theirs} (its hyperparameters, the inner optimizer's "
+            f"defaults included, and 'params': every parameter's index, over ALL the parameters); these differ: "
+            f"{wrong}")
+    assert sorted(mine["state"]) == sorted(want["state"]), (
+        f"{where}: state_dict()['state'] should hold the state of every parameter with one, by torch.optim's "
+        f"index (its place in the groups' lists, over all the ranks' parameters): {sorted(want['state'])}; it has "
+        f"{sorted(mine['state'])} (consolidate the ranks' states: each owner contributes its own parameters')")
+    for index, theirs in want["state"].items():
+        state = mine["state"][index]
+        assert sorted(state) == sorted(theirs), (
+            f"{where}: the state of parameter {index} should have the keys {sorted(theirs)}, got {sorted(state)}")
+        for key, value in theirs.items():
+            torch.testing.assert_close(state[key], value, rtol=1e-5, atol=1e-6, msg=lambda m: (
+                f"{where}: state[{index}][{key!r}] differs from torch's optimizer's after the same steps\n{m}"))
+
+
+resume_cases = st.fixed_dictionaries({
+    "model": st.sampled_from(["mlp", "tied"]), "optimizer": st.sampled_from(["AdamW", "SGD"]),
+    "lr": st.sampled_from([0.01, 0.05, 0.1]), "groups": st.booleans(), "steps": st.integers(2, 4),
+    "save_at": st.integers(1, 3), "halve_at": st.integers(-1, 3), "rows": st.integers(1, 3),
+    "seed": st.integers(0, 10**4)}).map(lambda case: {**case, "save_at": min(case["save_at"], case["steps"] - 1)})
+# Always run: AdamW on the tied model with the lr halved before the save; SGD with momentum on two groups, the lr
+# halved after it.
+RESUME_CASES = [{"model": "tied", "optimizer": "AdamW", "lr": 0.05, "groups": False, "steps": 3, "save_at": 2,
+                 "halve_at": 1, "rows": 2, "seed": 7},
+                {"model": "mlp", "optimizer": "SGD", "lr": 0.1, "groups": True, "steps": 3, "save_at": 1,
+                 "halve_at": 2, "rows": 1, "seed": 8}]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 3])
+@settings(max_examples=1)
+@given(cases=st.lists(resume_cases, min_size=1, max_size=2))
+@example(cases=RESUME_CASES)
+def test_sharded_optimizer_state_dict_resumes_like_torchs(world_size, cases):
+    runs = [_torch_run(case, world_size) for case in cases]
+    got = run("ex08", _resume_driver, cases, [saved for saved, _ in runs], world_size=world_size, timeout=TIMEOUT)
+    for index, (case, (torch_state, final)) in enumerate(zip(cases, runs)):
+        for rank in range(world_size):
+            result = got[rank][index]
+            where = (f"{_describe_optimizer(case, world_size)}, rank {rank}, state_dict() after "
+                     f"{case['save_at']} step(s)")
+            _check_state_dict(result["saved"], torch_state, where)
+            for what, params in (("its own state_dict()", result["resumed"]),
+                                 ("torch's optimizer's state_dict()", result["from_torch"])):
+                for i, (mine, theirs) in enumerate(zip(params, final)):
+                    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6, msg=lambda m: (
+                        f"{where}: a fresh model and ShardedOptimizer that loaded the saved model and {what} (through "
+                        f"torch.save and torch.load) and took the remaining {case['steps'] - case['save_at']} "
+                        f"step(s) should end where one torch optimizer that never stopped ends; parameter {i} "
+                        f"differs (load_state_dict: every group's hyperparameters, and this rank's own parameters' "
+                        f"state into the inner optimizer)\n{m}"))
+
+
 # ---------------------------------------------------------------- MiniFSDP
 
 
@@ -538,9 +685,11 @@ def _fsdp_driver(rank, world_size, module, cases, compute_dtype, scan=False):
                             and tuple(value.shape) in full_shapes]
                     loss = F.mse_loss(output, y[mine])
                     loss.backward()
+                    backward = len(log.events)
                     fsdp.finish_gradient_synchronization()
                     record = {"output": output.detach().clone(), "output_dtype": str(output.dtype), "kept": kept,
                               "forward": [e[:3] for e in log.events[start:forward]],
+                              "in_backward": [e[:3] for e in log.events[forward:backward]],
                               "backward": [e[:3] for e in log.events[forward:]],
                               "grads": [[list(p.shape), str(p.dtype),
                                          None if p.grad is None else [list(p.grad.shape), str(p.grad.dtype)]]
@@ -706,7 +855,7 @@ def test_mini_fsdp_keeps_only_its_shard(world_size):
             for step, record in enumerate(info["steps"]):
                 assert not record["kept"], (
                     f"{where}, step {step}: after the forward, the layers still hold a full weight: {record['kept']} "
-                    f"(drop the all-gathered weight in a forward hook: autograd keeps what backward needs)")
+                    f"(put the shard back in a forward hook, and keep the gathered weight nowhere)")
                 assert not record.get("alive"), (
                     f"{where}, step {step}: after backward, finish_gradient_synchronization() and the optimizer's "
                     f"step, tensors of a full weight's shape are still referenced: {record['alive']} (keep no full "
@@ -743,3 +892,342 @@ def test_mini_fsdp_gathers_and_reduce_scatters_each_layer(world_size):
                     f"{where}: only the replicated parameters' gradients ({replicated} elements) should be "
                     f"all-reduced, never a sharded weight's full gradient; the all-reduces carried {reduced}: "
                     f"{_kinds([e for e in backward if e[0] in REDUCES])}")
+
+
+# ---------------------------------------------------------------- MiniFSDP is ZeRO-3: re-gathered in backward
+
+def _padded_elements(shape, world_size):
+    rows, columns = shape
+    return math.ceil(rows / world_size) * world_size * columns
+
+
+def _weights_backward_needs(case):
+    """(rows, columns) of the linear weights autograd needs in backward: F.linear saves its weight (as weight.t())
+    only when its input requires grad, so every linear but a first one fed the raw inputs. F.embedding saves only
+    the indices: no embedding's weight is needed in backward."""
+    linears = [m for m in _fsdp_model(case) if isinstance(m, nn.Linear)]
+    return [tuple(m.weight.shape) for m in (linears if case["embed"] else linears[1:])]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 3])
+@settings(max_examples=1)
+@given(cases=st.lists(fsdp_cases, min_size=1, max_size=3), compute_dtype=st.sampled_from([None, "bfloat16"]))
+@example(cases=FSDP_CASES, compute_dtype=None)
+@example(cases=FSDP_CASES[:1], compute_dtype="bfloat16")
+def test_mini_fsdp_gathers_each_weight_again_in_backward(world_size, cases, compute_dtype):
+    got = run("ex08", _fsdp_driver, cases, compute_dtype, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        shapes, _ = _sharded_shapes(_fsdp_model(case))
+        needed = sorted(_padded_elements(shape, world_size) for shape in _weights_backward_needs(case))
+        for rank in range(world_size):
+            for step, record in enumerate(got[rank][index]["steps"]):
+                where = f"{_describe_fsdp(case, world_size, compute_dtype)}, rank {rank}, step {step}"
+                gathers = [e for e in record["in_backward"] if e[0] in GATHERS]
+                sizes = sorted(e[1] for e in gathers)
+                missing = list(needed)
+                for size in sizes:
+                    if size in missing:
+                        missing.remove(size)
+                assert not missing, (
+                    f"{where}: ZeRO-3 frees each full weight after its layer's forward and all-gathers it again in "
+                    f"backward when the gradient computation needs it (the ZeRO paper §5.3, FSDP2's "
+                    f"reshard_after_forward=True). Here backward needs the weights of the linear layers whose input "
+                    f"requires grad, {_weights_backward_needs(case)} ({needed} elements gathered, padding "
+                    f"included), but loss.backward() all-gathered {_kinds(gathers) or 'nothing'}: autograd kept "
+                    f"the forward's full weights instead (F.linear saves its weight for backward: replace it by a "
+                    f"token with torch.autograd.graph.saved_tensors_hooks and gather again on unpack)")
+                assert len(gathers) <= len(shapes), (
+                    f"{where}: backward should all-gather each sharded weight at most once ({len(shapes)} sharded "
+                    f"layers {shapes}); it started {_kinds(gathers)}")
+                assert all(e[2] == f"torch.{compute_dtype or 'float32'}" for e in gathers), (
+                    f"{where}: gather again as in forward, cast to the compute dtype before it travels "
+                    f"({compute_dtype or 'float32'}); backward's all-gathers were {_kinds(gathers)}")
+
+
+def _lifetime_driver(rank, world_size, module, cases, compute_dtype):
+    """Train MiniFSDP one or two steps while watching every sharded layer's forward (its hooks included): the
+    storage of each tensor an op makes there that holds at least as many elements as the layer's full weight is
+    remembered (a weak reference: watching keeps nothing alive); when a later sharded layer's forward starts, and
+    once the model's forward has returned, every such storage must be freed. The batches are small, so no
+    activation is that large: only the full weight (or a buffer it lives in) is."""
+    import gc
+
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    _switch_off_shortcuts(module)
+    dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
+    out = []
+    for case in cases:
+        model = _fsdp_model(case)
+        layers = [m for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))]
+        label = {id(m): (f"Linear({m.in_features}, {m.out_features})" if isinstance(m, nn.Linear)
+                         else f"Embedding({m.num_embeddings}, {m.embedding_dim})") for m in layers}
+        elements = {id(m): m.weight.numel() for m in layers}
+        fsdp = module.MiniFSDP(model, compute_dtype=dtype)
+        optimizer = torch.optim.SGD(fsdp.parameters(), lr=case["lr"])
+        running, watched, leaks, steps = [None], [], [], []
+
+        def look(when):
+            alive = [w for w in watched if not w[3].expired()]
+            if alive:
+                gc.collect()  # a reference cycle would free it anyway, later: not counted
+                alive = [w for w in alive if not w[3].expired()]
+            storages = {}  # one line per storage: the op that made it first (cat), not each view of it (slice, t)
+            for layer, op, size, ref in alive:
+                storages.setdefault(ref.cdata, f"{layer}'s {op} output ({size} elements) {when}")
+            leaks.extend(storages.values())
+            watched.clear()
+
+        class Watch(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                layer = running[0]
+                if layer is not None:
+                    for value in tree_leaves(result):
+                        if isinstance(value, torch.Tensor) and value.numel() >= elements[id(layer)]:
+                            try:
+                                ref = StorageWeakRef(value.untyped_storage())
+                            except (RuntimeError, NotImplementedError):
+                                continue
+                            watched.append((label[id(layer)], str(func), value.numel(), ref))
+                return result
+
+        def before(layer, args):
+            look(f"was still alive when {label[id(layer)]}'s forward started (step {len(steps)})")
+            running[0] = layer
+
+        def after(layer, args, output):
+            running[0] = None
+
+        for layer in layers:  # around the learner's hooks: before its pre-hooks, after its forward hooks
+            layer.register_forward_pre_hook(before, prepend=True)
+            layer.register_forward_hook(after, always_call=True)
+        mine = slice(rank * case["rows"], (rank + 1) * case["rows"])
+        for step in range(case["steps"]):
+            x, y = _fsdp_batch(case, step, world_size)
+            optimizer.zero_grad()
+            with Watch():
+                output = fsdp(x[mine])
+            look(f"was still alive after the model's forward returned, before backward (step {step})")
+            F.mse_loss(output, y[mine]).backward()
+            fsdp.finish_gradient_synchronization()
+            optimizer.step()
+            steps.append(step)
+            del output
+        out.append(leaks)
+    return out
+
+
+wide_cases = st.fixed_dictionaries({
+    "embed": st.booleans(), "vocab": st.integers(9, 16), "dims": st.lists(st.integers(6, 12), min_size=2, max_size=4),
+    "bias": st.booleans(), "norm": st.booleans(), "rows": st.just(1), "steps": st.integers(1, 2),
+    "lr": st.sampled_from([0.05, 0.1]), "seed": st.integers(0, 10**4)})
+# Weights of at least 6 x 6 = 36 elements, activations of at most 1 row x 2 positions x 12 = 24: an embedding of 11
+# rows (not divisible by 2 or 3) before two linears; three linears with biases and LayerNorms.
+WIDE_CASES = [{"embed": True, "vocab": 11, "dims": [8, 12, 7], "bias": True, "norm": False, "rows": 1, "steps": 2,
+               "lr": 0.1, "seed": 5},
+              {"embed": False, "vocab": 9, "dims": [9, 7, 10, 6], "bias": True, "norm": True, "rows": 1, "steps": 1,
+               "lr": 0.1, "seed": 6}]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [2, 3])
+@settings(max_examples=1)
+@given(cases=st.lists(wide_cases, min_size=1, max_size=2), compute_dtype=st.sampled_from([None, "bfloat16"]))
+@example(cases=WIDE_CASES, compute_dtype=None)
+@example(cases=WIDE_CASES[:1], compute_dtype="bfloat16")
+def test_mini_fsdp_frees_each_full_weight_after_its_layer(world_size, cases, compute_dtype):
+    got = run("ex08", _lifetime_driver, cases, compute_dtype, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        for rank in range(world_size):
+            leaks = got[rank][index]
+            where = f"{_describe_fsdp(case, world_size, compute_dtype)}, rank {rank}"
+            assert not leaks, (
+                f"{where}: ZeRO-3 holds one layer's full weight at a time: once a layer's forward has run, nothing "
+                f"may keep its gathered weight (or the buffer it was cut from) alive until backward. F.linear "
+                f"saves its weight for backward: with torch.autograd.graph.saved_tensors_hooks, pack it into a "
+                f"token that keeps only the shard, and unpack by gathering again. Still alive: {leaks[:4]}"
+                + (f" and {len(leaks) - 4} more" if len(leaks) > 4 else ""))
+
+
+# ---------------------------------------------------------------- MiniFSDP's parameters and checkpoints
+
+def _order_driver(rank, world_size, module, cases):
+    """Per case: the parameters and state_dict() keys before the first forward and after training; an optimizer
+    built before the first forward against one built after it (loading the first's state dict); the tensors
+    gather_full_params() returned: their storage, and whether a later step changed them."""
+    _switch_off_shortcuts(module)
+    out = []
+    for case in cases:
+        model = _fsdp_model(case)
+        fsdp = module.MiniFSDP(model)
+        keys, ids = [list(fsdp.state_dict())], [[id(p) for p in fsdp.parameters()]]
+        first = torch.optim.SGD(fsdp.parameters(), lr=case["lr"], momentum=0.9)  # before the first forward
+
+        def train(step):
+            x, y = _fsdp_batch(case, step, world_size)
+            mine = slice(rank * case["rows"], (rank + 1) * case["rows"])
+            first.zero_grad()
+            F.mse_loss(fsdp(x[mine]), y[mine]).backward()
+            fsdp.finish_gradient_synchronization()
+            first.step()
+
+        for step in range(case["steps"]):
+            train(step)
+        keys.append(list(fsdp.state_dict()))
+        ids.append([id(p) for p in fsdp.parameters()])
+        second = torch.optim.SGD(fsdp.parameters(), lr=case["lr"], momentum=0.9)  # after it
+        second.load_state_dict(first.state_dict())
+        moved = []
+        for i, param in enumerate(first.param_groups[0]["params"]):
+            want = first.state[param]["momentum_buffer"]
+            have = second.state.get(param, {}).get("momentum_buffer")
+            if have is None or have.shape != want.shape or not torch.equal(have, want):
+                moved.append(f"parameter {i} of shape {list(param.shape)} got "
+                             f"{None if have is None else list(have.shape)}")
+        full = fsdp.gather_full_params()
+        storage = {name: [t.untyped_storage().nbytes(), t.numel() * t.element_size()] for name, t in full.items()}
+        kept = {name: t.clone() for name, t in full.items()}
+        train(case["steps"])
+        changed = sorted(name for name, t in full.items() if not torch.equal(t, kept[name]))
+        out.append({"keys": keys, "same_params": ids[0] == ids[1], "moved": moved, "storage": storage,
+                    "changed": changed})
+    return out
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [2])
+@settings(max_examples=1)
+@given(cases=st.lists(fsdp_cases, min_size=1, max_size=3))
+@example(cases=FSDP_CASES)
+def test_mini_fsdp_keeps_its_parameters_in_order(world_size, cases):
+    got = run("ex08", _order_driver, cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        for rank in range(world_size):
+            info = got[rank][index]
+            where = f"{_describe_fsdp(case, world_size)}, rank {rank}"
+            before, after = info["keys"]
+            assert before == after, (
+                f"{where}: state_dict()'s keys, in order, should be the same before the first forward and after "
+                f"training ({before}); after training they are {after} (swap the gathered weight into the "
+                f"layer's _parameters under the same key: popping and re-adding 'weight' moves it behind the bias)")
+            assert info["same_params"], (
+                f"{where}: list(model.parameters()) should be the same tensors, in the same order, before the "
+                f"first forward and after training")
+            assert not info["moved"], (
+                f"{where}: an SGD optimizer built after training loaded the state dict of one built before the "
+                f"first forward (torch.optim numbers parameters by their order): each parameter's momentum should "
+                f"land on that parameter; {info['moved']}")
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [2])
+@settings(max_examples=1)
+@given(cases=st.lists(fsdp_cases, min_size=1, max_size=3))
+@example(cases=FSDP_CASES)
+def test_mini_fsdp_gather_full_params_returns_compact_copies(world_size, cases):
+    got = run("ex08", _order_driver, cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        for rank in range(world_size):
+            info = got[rank][index]
+            where = f"{_describe_fsdp(case, world_size)}, rank {rank}: gather_full_params()"
+            padded = {name: sizes for name, sizes in info["storage"].items() if sizes[0] != sizes[1]}
+            assert not padded, (
+                f"{where} should return compact tensors (torch.save writes a tensor's whole storage); these keep "
+                f"a larger storage behind a view, [storage bytes, tensor bytes]: {padded} (clone the cut-off "
+                f"gather)")
+            assert not info["changed"], (
+                f"{where} should return copies: a later training step changed {info['changed']} (they share "
+                f"memory with the live parameters)")
+
+
+# ---------------------------------------------------------------- MiniFSDP with a loss scaler
+
+SCALER_ROWS, SCALER_COLUMNS, SCALER_LR, SCALER_INIT = 5, 4, 0.1, 2.0**10
+
+
+def _scaler_batch(step, world_size):
+    """Two rows per rank; at step 0 rank 0's first target of the last output is 3e38: its loss and the scaled
+    gradient of the last weight row overflow to inf, and after the reduce-scatter only that row's owner (the last
+    rank) holds it."""
+    generator = torch.Generator().manual_seed(100 + step)
+    x = torch.randn(2 * world_size, SCALER_COLUMNS, generator=generator)
+    y = torch.randn(2 * world_size, SCALER_ROWS, generator=generator)
+    if step == 0:
+        y[0, SCALER_ROWS - 1] = 3e38
+    return x, y
+
+
+def _scaler_model():
+    torch.manual_seed(11)
+    return nn.Sequential(nn.Linear(SCALER_COLUMNS, SCALER_ROWS, bias=False))
+
+
+def _scaler_driver(rank, world_size, module):
+    """Two steps of MiniFSDP with torch's ShardedGradScaler (it all-reduces found_inf over the process group)."""
+    from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+
+    _switch_off_shortcuts(module)
+    fsdp = module.MiniFSDP(_scaler_model())
+    optimizer = torch.optim.SGD(fsdp.parameters(), lr=SCALER_LR)
+    scaler = ShardedGradScaler("cpu", init_scale=SCALER_INIT, process_group=dist.group.WORLD)
+    records = []
+    for step in range(2):
+        x, y = _scaler_batch(step, world_size)
+        mine = slice(2 * rank, 2 * rank + 2)
+        optimizer.zero_grad()
+        scaler.scale(F.mse_loss(fsdp(x[mine]), y[mine])).backward()
+        fsdp.finish_gradient_synchronization()
+        finite = all(bool(torch.isfinite(p.grad).all()) for p in fsdp.parameters() if p.grad is not None)
+        scaler.step(optimizer)
+        scaler.update()
+        full = fsdp.gather_full_params()
+        records.append({"finite": finite, "scale": float(scaler.get_scale()),
+                        "full": {k: v.detach().clone() for k, v in full.items()}})
+    return records
+
+
+def _scaler_reference(world_size):
+    """One process, torch.amp.GradScaler on the whole batch: each step's parameters and scale."""
+    model = _scaler_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=SCALER_LR)
+    scaler = torch.amp.GradScaler("cpu", init_scale=SCALER_INIT)
+    records = []
+    for step in range(2):
+        x, y = _scaler_batch(step, world_size)
+        optimizer.zero_grad()
+        scaler.scale(F.mse_loss(model(x), y)).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        records.append({"scale": scaler.get_scale(),
+                        "full": {k: v.detach().clone() for k, v in model.named_parameters()}})
+    return records
+
+
+@pytest.mark.points(1)
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_mini_fsdp_skips_the_step_on_every_rank_with_a_sharded_grad_scaler(world_size):
+    got = run("ex08", _scaler_driver, world_size=world_size, timeout=TIMEOUT)
+    want = _scaler_reference(world_size)
+    where = (f"MiniFSDP(nn.Linear({SCALER_COLUMNS}, {SCALER_ROWS}, bias=False)) with torch's ShardedGradScaler"
+             f"(init_scale={SCALER_INIT:g}), SGD lr={SCALER_LR}, {world_size} ranks")
+    flags = [got[rank][0]["finite"] for rank in range(world_size)]
+    assert flags == [True] * (world_size - 1) + [False], (
+        f"{where}, step 0: rank 0's targets overflow the last output's loss, so the full gradient's last row is "
+        f"inf; after the reduce-scatter only its owner, the last rank, should hold a non-finite gradient "
+        f"(finite per rank: {flags})")
+    for step, reference in enumerate(want):
+        for rank in range(world_size):
+            record = got[rank][step]
+            assert record["scale"] == reference["scale"], (
+                f"{where}, rank {rank}, step {step}: every rank's scaler should agree with one process's "
+                f"GradScaler on the whole batch (skip the step and halve the scale at step 0, step at step 1): "
+                f"scale {reference['scale']:g}, got {record['scale']:g}")
+            for name, value in reference["full"].items():
+                torch.testing.assert_close(record["full"].get(name), value, rtol=1e-5, atol=1e-6, msg=lambda m: (
+                    f"{where}, rank {rank}, step {step}: {name} differs from one process's (a rank whose shard "
+                    f"held no inf must skip the step too: the scaler's found_inf is all-reduced over the ranks)\n"
+                    f"{m}"))

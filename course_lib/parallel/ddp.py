@@ -11,6 +11,7 @@
     MODELS                            gradient bytes per parameter of ResNet-18, ResNet-50 and a 1.3B GPT
     draw_ddp_step(...)                the scaling curve and the bucket timeline of one setting, drawn
     ddp_explorer(...)                 sliders and menus that redraw the scaling curve and the bucket timeline
+    BACKWARD_FRACTION, DEFAULT_COMPUTE_MS   the model's two default figures, each with its source
 
 Everything here is a model: it predicts and measures nothing (fit_link reads a sweep you measured). Exercise 05
 builds DDP's buckets and hooks in real ranks (its own bucket assignment, which is not this module's bucket_sizes);
@@ -30,9 +31,24 @@ from course_lib.parallel.streams import Span, draw_timeline
 from course_lib.tables import plural
 
 __all__ = ["Link", "LINKS", "all_reduce_time", "fit_link", "parameter_bytes", "bucket_sizes", "StepEstimate",
-           "ddp_step_time", "bucket_schedule", "scaling_curve", "MODELS", "draw_ddp_step", "ddp_explorer"]
+           "ddp_step_time", "bucket_schedule", "scaling_curve", "MODELS", "draw_ddp_step", "ddp_explorer",
+           "BACKWARD_FRACTION", "DEFAULT_COMPUTE_MS"]
 
 MIB = 2**20  # DDP's bucket_cap_mb is in MiB: int(bucket_cap_mb * 1024 * 1024) bytes (torch/nn/parallel/distributed.py)
+
+# Backward's share of a training step's compute: backward costs about twice forward in FLOPs (a gradient with
+# respect to the inputs and one with respect to the weights for every matmul), so 2 / (1 + 2). Kaplan et al. 2020,
+# "Scaling Laws for Neural Language Models", arXiv:2001.08361, section 2.1: the backward pass is "approximately
+# twice the compute as the forwards pass", hence C ≈ 6N FLOPs per token (2N forward, 4N backward); Narayanan et al.
+# 2021 (Megatron-LM, SC'21, arXiv:2104.04473) count a backward pass as two forward passes too. An estimate in
+# FLOPs, not a measured time: memory-bound layers (normalisation, activations) do not follow the ratio.
+BACKWARD_FRACTION = 2 / 3
+
+# The explorer's default compute per step: a ResNet-50 training step (batch 128, 224×224, channels-last, bf16
+# autocast) measured at 34.5 ms on a lent H100 with torch 2.11.0+cu130, the course's own measurement, written down
+# in its design notes (not a notebooks/recorded_on_gpu.json record). The same step recorded on an H200 with torch
+# 2.11 is notebooks/recorded_on_gpu.json's "06/amp_step": 29.2 ms (lesson 06).
+DEFAULT_COMPUTE_MS = 34.5
 
 
 def _real(x) -> bool:
@@ -77,8 +93,10 @@ _NETWORK_ALPHA = "α assumed 10 µs per message, an order of magnitude for a hop
 # achieves on large messages, not the line rate, except where the source says it is the line rate.
 LINKS: dict[str, Link] = {link.name: link for link in [
     Link("NVLink, 8×H100 node", 2.5e-6, 370e9,
-         "busbw 370 GB/s: NCCL's effective NVLink4 bandwidth with the ring algorithm (450 GB/s line rate less "
-         "about 20% protocol overhead), NCCL maintainer in NVIDIA/nccl-tests#212. NVLink SHARP (NVLS), NCCL's "
+         "line rate: NVIDIA's H100 Tensor Core GPU datasheet gives H100 SXM 900 GB/s of NVLink (both directions "
+         "together: 450 GB/s each way) and 128 GB/s of PCIe Gen5 (H100 NVL: 600 GB/s NVLink); a datasheet gives "
+         "no all-reduce figure. busbw 370 GB/s: what NCCL's ring achieves on NVLink4 (the 450 GB/s line rate "
+         "less about 20% protocol overhead), NCCL maintainer in NVIDIA/nccl-tests#212. NVLink SHARP (NVLS), NCCL's "
          "default all-reduce there, reaches a busbw of about 480 GB/s on 8 GPUs for messages well above 256 MB "
          "(same thread; 476 GB/s measured in NVIDIA/nccl-tests#290). " + _NVLINK_ALPHA),
     Link("NVLink, 8×A100 node (fitted to a real log)", 2.5e-6, 207e9,
@@ -223,10 +241,14 @@ def bucket_sizes(grad_bytes_per_param: Sequence[int], bucket_cap_mb: float = 25.
     parameter larger than the cap is a bucket of its own). The first bucket's limit is first_bucket_mb, every
     later one's bucket_cap_mb, in MiB. A cap of 0 gives one bucket per parameter.
 
-    The buckets DDP uses after its first iteration. Three details of torch 2.14.1 this model leaves out:
+    The buckets DDP uses after its first iteration. Four details of torch 2.14.1 this model leaves out:
     - the first iteration all-reduces everything as one bucket, then DDP rebuilds the buckets in the order the
       gradients really arrived (unless find_unused_parameters=True, which keeps its first assignment; with
       static_graph=True the rebuild waits one more iteration);
+    - find_unused_parameters=True assigns at construction in REGISTRATION order, the small limit on the first
+      bucket, and then reverses the list (_ddp_init_helper in torch/nn/parallel/distributed.py), so its small
+      bucket holds the first layers and is all-reduced last: reversed(bucket_sizes(reversed(sizes))); so does
+      the rebuild with the environment variable DDP_SET_LAST_BUCKET_CAP=1 (Reducer::rebuild_buckets, reducer.cpp);
     - the 1 MiB first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES) applies only when bucket_cap_mb is left at its
       default: DDP(..., bucket_cap_mb=25) makes the first bucket 25 MiB too, so model it with first_bucket_mb=25;
     - parameters of different dtypes or devices go to different buckets; here all are one dtype.
@@ -283,7 +305,7 @@ def _play_step(grad_bytes_per_param, compute_s, n, link, bucket_cap_mb, first_bu
 
 
 def ddp_step_time(grad_bytes_per_param: Sequence[int], compute_s: float, n: int, link: Link, *,
-                  bucket_cap_mb: float = 25.0, overlap: bool = True, backward_fraction: float = 2 / 3,
+                  bucket_cap_mb: float = 25.0, overlap: bool = True, backward_fraction: float = BACKWARD_FRACTION,
                   first_bucket_mb: float = 1.0) -> StepEstimate:
     """Predict one DDP training step on n GPUs joined by `link` (notebook 05).
 
@@ -291,8 +313,9 @@ def ddp_step_time(grad_bytes_per_param: Sequence[int], compute_s: float, n: int,
     - Weak scaling: each GPU keeps its batch, so its forward + backward takes compute_s, as on one GPU; the
       optimizer step, data loading and the first iteration (one big bucket) are left out. Every rank is equally
       fast: no stragglers.
-    - The step is forward ((1 − backward_fraction) · compute_s; by default a third, backward costing about twice
-      forward) then backward (backward_fraction · compute_s).
+    - The step is forward ((1 − backward_fraction) · compute_s) then backward (backward_fraction · compute_s);
+      by default BACKWARD_FRACTION, 2/3: backward ≈ 2× forward in FLOPs (Kaplan et al. 2020, arXiv:2001.08361
+      §2.1, its 6N FLOPs per token), an estimate, not a measured time.
     - Gradients are bucketed by bucket_sizes (reverse registration order, first bucket first_bucket_mb, then
       bucket_cap_mb, in MiB), and they appear uniformly in backward's time by bytes: the bucket holding the
       first k bytes of gradient is ready after k / total of backward.
@@ -315,7 +338,7 @@ _UNITS = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6}
 
 
 def bucket_schedule(grad_bytes_per_param: Sequence[int], compute_s: float, n: int, link: Link, *,
-                    bucket_cap_mb: float = 25.0, overlap: bool = True, backward_fraction: float = 2 / 3,
+                    bucket_cap_mb: float = 25.0, overlap: bool = True, backward_fraction: float = BACKWARD_FRACTION,
                     first_bucket_mb: float = 1.0, unit: str = "ms") -> list[Span]:
     """ddp_step_time's step as spans to draw with streams.draw_timeline, in ms by default (notebook 05).
 
@@ -453,13 +476,14 @@ def draw_ddp_step(grad_bytes_per_param: Sequence[int], compute_s: float, n: int,
     return estimate
 
 
-# The default compute time, 34.5 ms, is a ResNet-50 training step measured on a lent H100 for this course (batch 128,
-# 224², channels-last, bf16 autocast; the course's design notes).
 def ddp_explorer(measured: Mapping[int, float] | None = None,
                  model_params: Mapping[str, Sequence[int] | int] | None = None, *, fitted: Link | None = None,
                  model: str | None = None, gpus: int = 8, link: str | None = None, bucket_cap_mb: float = 25,
-                 overlap: bool = True, compute_ms: float = 34.5):
+                 overlap: bool = True, compute_ms: float = DEFAULT_COMPUTE_MS):
     """Menus and sliders (model, GPUs, link, bucket size, overlap, compute time) that redraw the model (notebook 05).
+
+    compute_ms defaults to DEFAULT_COMPUTE_MS, 34.5 ms: a ResNet-50 step (batch 128, bf16 autocast) measured on a lent
+    H100 with torch 2.11 for this course (see the constant for its conditions and the H200 record beside it).
 
     measured: {ranks: efficiency measured here}, drawn beside the prediction as "measured on this machine (CPU,
     gloo)". model_params: {name: gradient bytes per parameter (parameter_bytes(model)), or a parameter count,

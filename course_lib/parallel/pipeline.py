@@ -37,8 +37,10 @@ __all__ = ["Op", "KINDS", "simulate", "bubble", "makespan", "peak_in_flight", "g
 KINDS: dict[str, str] = {
     "gpipe": "GPipe (Huang et al. 2019, arXiv:1811.06965): every micro-batch's forward, then every backward "
              "(all-forward-all-backward); torch's ScheduleGPipe",
-    "1f1b": "1F1B (PipeDream-Flush; Narayanan et al. 2021, arXiv:2104.04473 §2.2.1): after a warm-up of forwards, "
-            "one forward then one backward; torch's Schedule1F1B",
+    "1f1b": "1F1B (PipeDream-Flush; Narayanan et al. 2021, arXiv:2104.04473 §2.2.1): min(m, p - s) warm-up forwards, "
+            "then one backward and one forward while forwards remain, then the other backwards: torch's "
+            "Schedule1F1B._step_microbatches (Megatron-LM states the same order as p - s - 1 warm-up forwards, "
+            "then one forward and one backward)",
     "interleaved-1f1b": "interleaved 1F1B (Narayanan et al. 2021, arXiv:2104.04473 §2.2.2): each device holds "
                         "`chunks` non-consecutive stages (virtual stages); torch's ScheduleInterleaved1F1B",
     "zero-bubble": "ZB-H1 (Qi et al. 2023, 'Zero Bubble Pipeline Parallelism', arXiv:2401.10241, its handcrafted "

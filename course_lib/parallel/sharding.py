@@ -5,12 +5,18 @@
     zero_paper_figure()                     the ZeRO paper's Figure 1 example (7.5B parameters, 64 GPUs) recomputed
     comm_volume(num_params, dp, stage)      bytes each rank sends per step: DDP's all-reduce, ZeRO-1/2, ZeRO-3
     draw_zero_stages(dp_degree)             what each rank holds at each stage: full tensors or a 1/N shard
+    min_gpus_for_model_state(num_params, gpu_bytes, stage)   the fewest GPUs whose memory holds the model state
     per_rank_state_bytes(model, optimizer)  inside a rank: bytes of its parameters, gradients and optimizer state
+    largest_unshard_bytes(model)            inside a rank: the biggest group of parameters FSDP2 all-gathers at once
+    ring_bytes_sent(collectives, n)         what a rank's logged collectives send in lesson 04's ring algorithms
+    bytes_written()                         inside a rank: bytes this process has passed to write calls (Linux)
 
-The first five are models (Rajbhandari et al. 2020, ZeRO, arXiv:1910.02054): they count model states only, not
+The first six are models (Rajbhandari et al. 2020, ZeRO, arXiv:1910.02054): they count model states only, not
 activations, temporary buffers (FSDP's all-gathered layer, DDP's buckets) or the allocator's fragmentation, which
-sharding does not shrink. per_rank_state_bytes measures; notebook 08 and benchmarks/fsdp_memory.py put the two side
-by side for DDP and FSDP2 ranks. Exercise 08's byte count of a model's states is not here.
+sharding does not shrink. per_rank_state_bytes and largest_unshard_bytes measure; notebook 08 and
+benchmarks/fsdp_memory.py put the two side by side for DDP and FSDP2 ranks. ring_bytes_sent turns what a rank logged (tensor_parallel.logged_collectives) into
+the ring's traffic, and bytes_written counts what really left the process (gloo writes to its TCP sockets), so
+notebook 08 puts formula, count and wire side by side. Exercise 08's byte count of a model's states is not here.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from course_lib.parallel import whole_number
 from course_lib.tables import plural
 
 __all__ = ["ZERO_SOURCE", "COMM_SOURCE", "STAGE_NAMES", "ZERO_PAPER_HEADER", "zero_memory", "plot_zero_memory",
-           "zero_paper_figure", "comm_volume", "draw_zero_stages", "per_rank_state_bytes"]
+           "zero_paper_figure", "comm_volume", "draw_zero_stages", "min_gpus_for_model_state",
+           "per_rank_state_bytes", "largest_unshard_bytes", "ring_bytes_sent", "bytes_written"]
 
 ZERO_SOURCE = ("Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models', "
                "arXiv:1910.02054, Figure 1: mixed-precision Adam keeps 2Ψ bytes of fp16 parameters, 2Ψ of fp16 "
@@ -160,7 +167,8 @@ def plot_zero_memory(model_sizes: Mapping[str, int], dp_degree: int, gpu_memory_
     return fig
 
 
-def comm_volume(num_params: int, dp_degree: int, stage: int, bytes_per_param: float = 2) -> dict:
+def comm_volume(num_params: int, dp_degree: int, stage: int, bytes_per_param: float = 2, *,
+                reduce_bytes_per_param: float | None = None) -> dict:
     """Bytes each rank sends in one training step at a ZeRO stage, with ring collectives (notebook 08).
 
     With V = bytes_per_param·Ψ (the fp16 parameters, or their gradients) and N = dp_degree, a ring reduce-scatter or
@@ -168,7 +176,12 @@ def comm_volume(num_params: int, dp_degree: int, stage: int, bytes_per_param: fl
     gradients: 2V(N−1)/N. ZeRO-1 and 2 reduce-scatter the gradients and all-gather the updated parameters: the same
     2V(N−1)/N ("no additional communication", COMM_SOURCE). ZeRO-3 all-gathers the parameters in the forward and
     again in the backward, and reduce-scatters the gradients: 3V(N−1)/N, the paper's "up to 1.5x". One rank sends
-    nothing.
+    nothing. FSDP2 with reshard_after_forward=False keeps the gathered parameters from forward to backward: one
+    all-gather and the reduce-scatter, stage 2's volume.
+
+    reduce_bytes_per_param: bytes per element of what is reduced (the gradients), when it differs from the gathered
+    parameters': FSDP2's MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) gathers 2 and
+    reduces 4. DDP's baseline (ratio_to_ddp) all-reduces gradients of that size. Default: bytes_per_param.
 
     Returns {"stage", "name", "collectives": [(collective, bytes sent per rank)], "bytes_per_rank", "ratio_to_ddp",
     "source"}.
@@ -176,19 +189,94 @@ def comm_volume(num_params: int, dp_degree: int, stage: int, bytes_per_param: fl
     psi = whole_number(num_params, "num_params", minimum=0)
     n = whole_number(dp_degree, "dp_degree")
     stage = _stage(stage)
-    volume = _bytes_per(bytes_per_param, "bytes_per_param") * psi
-    share = volume * (n - 1) / n  # one ring reduce-scatter or all-gather of the whole model
+    gathered = _bytes_per(bytes_per_param, "bytes_per_param") * psi
+    reduced = gathered if reduce_bytes_per_param is None else (
+        _bytes_per(reduce_bytes_per_param, "reduce_bytes_per_param") * psi)
+    gather, reduce = gathered * (n - 1) / n, reduced * (n - 1) / n  # one ring all-gather, one ring reduce-scatter
     collectives = {
-        0: [("all-reduce of the gradients", 2 * share)],
-        1: [("reduce-scatter of the gradients", share), ("all-gather of the updated parameters", share)],
-        2: [("reduce-scatter of the gradients", share), ("all-gather of the updated parameters", share)],
-        3: [("all-gather of the parameters, forward", share), ("all-gather of the parameters, backward", share),
-            ("reduce-scatter of the gradients", share)],
+        0: [("all-reduce of the gradients", 2 * reduce)],
+        1: [("reduce-scatter of the gradients", reduce), ("all-gather of the updated parameters", gather)],
+        2: [("reduce-scatter of the gradients", reduce), ("all-gather of the updated parameters", gather)],
+        3: [("all-gather of the parameters, forward", gather), ("all-gather of the parameters, backward", gather),
+            ("reduce-scatter of the gradients", reduce)],
     }[stage]
     total = sum(sent for _, sent in collectives)
     return {"stage": stage, "name": STAGE_NAMES[stage], "collectives": collectives, "bytes_per_rank": total,
-            "ratio_to_ddp": total / (2 * share) if share else 1.0,
+            "ratio_to_ddp": total / (2 * reduce) if reduce else 1.0,
             "source": COMM_SOURCE}
+
+
+# Bytes a rank sends, per byte of what it logged (its input), in lesson 04's ring algorithms over N ranks.
+_RING_FACTOR = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,      # reduce-scatter then all-gather of the whole tensor
+    "reduce_scatter": lambda n: (n - 1) / n,      # the whole tensor in, one 1/N chunk out
+    "all_gather": lambda n: n - 1,                # its own piece, forwarded to the N − 1 others
+    "broadcast": lambda n: (n - 1) / n,           # a pipelined chain: every rank but the last forwards it; the mean
+}
+
+
+def ring_bytes_sent(collectives, world_size: int) -> dict:
+    """What a rank's collectives send in lesson 04's ring algorithms, per kind and in all (notebook 08).
+
+    collectives: entries with "op" and "bytes", as course_lib.parallel.tensor_parallel.logged_collectives() records
+    them: the rank's input (the tensor all-reduced or broadcast, its own piece of an all-gather, the whole tensor it
+    reduce-scatters). A ring all-reduce of B bytes sends 2B(N−1)/N per rank, a reduce-scatter B(N−1)/N, an all-gather
+    of a B-byte piece B(N−1), a broadcast B(N−1)/N on average over the ranks (a chain: the last rank sends nothing).
+    This is the algorithm's count, not the backend's: gloo's reduce-scatter is an all-reduce (twice the bytes), its
+    broadcast goes from the root to each rank; bytes_written() measures what gloo really sent.
+
+    Returns {"all_reduce": bytes, "reduce_scatter": ..., "all_gather": ..., "broadcast": ..., "total": bytes,
+    "count": {kind: number of collectives}}.
+    """
+    n = whole_number(world_size, "world_size")
+    sent = {op: 0.0 for op in _RING_FACTOR}
+    count = {op: 0 for op in _RING_FACTOR}
+    for entry in collectives:
+        op = entry.get("op") if isinstance(entry, Mapping) else None
+        if op not in _RING_FACTOR:
+            raise ValueError(f"ring_bytes_sent counts {sorted(_RING_FACTOR)} (logged_collectives' entries), "
+                             f"not {entry!r}")
+        sent[op] += _bytes_per(entry.get("bytes"), "a logged collective's bytes") * _RING_FACTOR[op](n)
+        count[op] += 1
+    return {**sent, "total": sum(sent.values()), "count": count}
+
+
+def bytes_written() -> int | None:
+    """Bytes this process has passed to write calls so far (Linux's /proc/self/io "wchar"), or None elsewhere.
+
+    Inside a gloo rank, the difference across a step is what the rank sent over its TCP sockets (gloo writes with
+    writev), headers included, as long as nothing else writes meanwhile (print, logging, files): the traffic on the
+    wire, to set beside ring_bytes_sent's count (notebook 08). The kernel counts it per process, all threads together
+    (Documentation/filesystems/proc.rst, "/proc/<pid>/io"). None on macOS and Windows, which have no such file.
+    """
+    try:
+        with open("/proc/self/io") as file:
+            fields = dict(line.split(": ", 1) for line in file.read().splitlines() if ": " in line)
+        return int(fields["wchar"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def min_gpus_for_model_state(num_params: int, gpu_bytes: float, stage: int = 3, *, k: float = 12,
+                             limit: int = 1 << 20) -> int | None:
+    """The fewest data-parallel GPUs of gpu_bytes each whose memory holds the model state at a ZeRO stage (notebook 08).
+
+    By zero_memory's count (mixed-precision Adam, K = 12; activations not counted, so the real number is higher).
+    Stages 0–2 keep some state whole on every GPU: when that alone exceeds the GPU, no number of GPUs helps and the
+    answer is None. E.g. 70B parameters in 80 GB GPUs at stage 3: 16 × 70e9 / N ≤ 80e9, so N = 14.
+    """
+    psi = whole_number(num_params, "num_params", minimum=0)
+    if isinstance(gpu_bytes, bool) or not isinstance(gpu_bytes, numbers.Real) or not gpu_bytes > 0:
+        raise ValueError(f"gpu_bytes must be a number of bytes > 0, not {gpu_bytes!r}")
+    stage = _stage(stage)
+    fits = lambda n: zero_memory(psi, n, stages=[stage], k=k)[stage]["total"] <= gpu_bytes  # noqa: E731
+    if not fits(limit):
+        return None
+    low, high = 1, limit                         # the total falls as N grows: the smallest N that fits, by bisection
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if fits(middle) else (middle + 1, high)
+    return low
 
 
 def draw_zero_stages(dp_degree: int = 4):
@@ -273,3 +361,22 @@ def per_rank_state_bytes(model, optimizer=None) -> dict:
                     counts["optimizer"] += _nbytes(value)
     counts["total"] = counts["params"] + counts["grads"] + counts["optimizer"]
     return counts
+
+
+def largest_unshard_bytes(model) -> int:
+    """Bytes of the biggest group of parameters one FSDP2 unit all-gathers at once, inside a rank (notebook 08).
+
+    Each fully_shard call makes one group: the parameters of that module not already in a group of a submodule
+    (fully_shard's docstring). Counted unsharded (numel × element size of the parameter as registered, so in the
+    parameters' dtype, not MixedPrecisionPolicy's param_dtype). 0 for a model without fully_shard. With fully_shard
+    on the root alone this is the whole model: what it gathers at once, its peak, as an unsharded model's.
+    """
+    from torch.distributed.fsdp import FSDPModule
+
+    groups = []
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            inner = {id(p) for child in module.modules() if child is not module and isinstance(child, FSDPModule)
+                     for p in child.parameters()}
+            groups.append(sum(p.numel() * p.element_size() for p in module.parameters() if id(p) not in inner))
+    return max(groups, default=0)

@@ -3,11 +3,8 @@
 LOSES = ["test_mini_fsdp_matches_one_process_on_the_whole_batch"]
 
 
-class _GatherWeight(_GatherWeight):  # noqa: F811
-    @staticmethod
-    def forward(ctx, shard, rows, compute_dtype, fsdp):
-        send = shard.detach().to(compute_dtype or shard.dtype).contiguous()
-        full = send.new_empty((send.shape[0] * fsdp._world_size,) + tuple(send.shape[1:]))
-        dist.all_gather_into_tensor(full, send)
-        ctx.fsdp, ctx.shard = fsdp, shard
-        return full[:rows]
+def _all_gather_weight(shard, rows, dtype, world_size):
+    send = shard.detach().to(dtype).contiguous()
+    full = send.new_empty((send.shape[0] * world_size,) + tuple(send.shape[1:]))
+    dist.all_gather_into_tensor(full, send)
+    return full[:rows]

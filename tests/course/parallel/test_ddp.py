@@ -75,6 +75,7 @@ def test_every_preset_figure_is_sourced_or_labelled_an_assumption():
         assert "α" in text and ("assumed" in text or "fit_link" in text), f"{name}: where does α come from?"
     h100 = LINKS["NVLink, 8×H100 node"]
     assert h100.bandwidth_Bps == 370e9 and "NVIDIA/nccl-tests#212" in h100.source and "480" in h100.source
+    assert "datasheet" in h100.source and "900 GB/s" in h100.source  # the line rate from NVIDIA's own sheet
     ndr = LINKS["400 Gb/s network (NDR InfiniBand)"]
     assert 46e9 <= ndr.bandwidth_Bps <= 48e9 and "NVIDIA/nccl-tests#290" in ndr.source
     ethernet = LINKS["100 Gb/s network"]
@@ -82,6 +83,15 @@ def test_every_preset_figure_is_sourced_or_labelled_an_assumption():
     pcie = LINKS["PCIe 4.0 x16"]
     assert pcie.bandwidth_Bps == pytest.approx(16e9 * 16 * 128 / 130 / 8, rel=1e-3)  # the spec's line rate
     assert "LINE RATE" in pcie.source
+
+
+def test_the_default_figures_are_the_documented_ones():
+    from course_lib.parallel import ddp
+
+    assert ddp.BACKWARD_FRACTION == pytest.approx(2 / 3)  # backward ≈ 2 × forward FLOPs (Kaplan et al. 2020 §2.1)
+    assert ddp.DEFAULT_COMPUTE_MS == 34.5  # the course's ResNet-50 bf16 step on a lent H100 (design notes)
+    step = ddp_step_time([4 * MIB], 0.03, 2, LINKS["100 Gb/s network"])
+    assert step == ddp_step_time([4 * MIB], 0.03, 2, LINKS["100 Gb/s network"], backward_fraction=2 / 3)
 
 
 def test_the_a100_preset_is_what_fit_link_makes_of_the_real_log():

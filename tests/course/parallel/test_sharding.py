@@ -1,5 +1,6 @@
 """course_lib.parallel.sharding: notebook 08's ZeRO calculator against the paper's figures and hand arithmetic, its
-communication count, its pictures, and per_rank_state_bytes in 2 gloo ranks (DDP against FSDP2)."""
+communication count (the formula, the ring count of logged collectives, the bytes on the wire), its pictures, and
+per_rank_state_bytes and largest_unshard_bytes in 2 gloo ranks (DDP against FSDP2)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from matplotlib.figure import Figure
 from torch import nn
 
 from course_lib.dist import launch
-from course_lib.parallel.sharding import (COMM_SOURCE, STAGE_NAMES, ZERO_PAPER_HEADER, ZERO_SOURCE, comm_volume,
-                                          draw_zero_stages, per_rank_state_bytes, plot_zero_memory, zero_memory,
-                                          zero_paper_figure)
+from course_lib.parallel.sharding import (COMM_SOURCE, STAGE_NAMES, ZERO_PAPER_HEADER, ZERO_SOURCE, bytes_written,
+                                          comm_volume, draw_zero_stages, largest_unshard_bytes,
+                                          min_gpus_for_model_state, per_rank_state_bytes, plot_zero_memory,
+                                          ring_bytes_sent, zero_memory, zero_paper_figure)
 
 matplotlib.use("Agg")
 
@@ -105,6 +107,77 @@ def test_comm_volume_by_hand():
             comm_volume(*bad)
 
 
+def test_comm_volume_with_bf16_gathers_and_fp32_reductions():
+    # FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): gathers of 2 bytes, reductions of 4
+    psi, n = 1_000, 2
+    mixed = comm_volume(psi, n, 3, bytes_per_param=2, reduce_bytes_per_param=4)
+    assert [sent for _, sent in mixed["collectives"]] == [1000, 1000, 2000]  # 2Ψ(N-1)/N twice, then 4Ψ(N-1)/N
+    assert mixed["bytes_per_rank"] == 4000 and mixed["ratio_to_ddp"] == 1.0  # DDP all-reduces fp32: 2 × 2000
+    assert comm_volume(psi, n, 0, reduce_bytes_per_param=4)["bytes_per_rank"] == 4000
+    assert comm_volume(psi, n, 2, bytes_per_param=4)["bytes_per_rank"] == comm_volume(psi, n, 0, 4)["bytes_per_rank"]
+    with pytest.raises(ValueError):
+        comm_volume(psi, n, 3, reduce_bytes_per_param=-1)
+
+
+def test_min_gpus_for_model_state_by_hand():
+    # 16 bytes per parameter at stage 3: 70B in 80 GB needs 16 × 70e9 / N <= 80e9, N >= 14 (13 gives 86.2 GB)
+    assert min_gpus_for_model_state(70_000_000_000, 80e9) == 14
+    assert zero_memory(70_000_000_000, 13, stages=[3])[3]["total"] > 80e9
+    assert min_gpus_for_model_state(70_000_000_000, 80e9, stage=2) is None  # 2Ψ of bf16 parameters on every GPU
+    assert min_gpus_for_model_state(70_000_000_000, 80e9, stage=0) is None
+    assert min_gpus_for_model_state(1_000_000_000, 80e9, stage=0) == 1      # 16 GB fits on one
+    assert min_gpus_for_model_state(7_500_000_000, 80e9, stage=1) == 2      # 30 GB + 90 GB / N <= 80 GB
+    assert min_gpus_for_model_state(0, 1.0) == 1
+    for bad in [(10, 0), (10, -5.0), (10, float("nan")), (10, 1e9, 4)]:
+        with pytest.raises(ValueError):
+            min_gpus_for_model_state(*bad)
+
+
+def test_ring_bytes_sent_by_hand():
+    log = [{"op": "all_reduce", "bytes": 400}, {"op": "all_gather", "bytes": 100},
+           {"op": "reduce_scatter", "bytes": 400}, {"op": "broadcast", "bytes": 400}, {"op": "all_gather", "bytes": 100}]
+    sent = ring_bytes_sent(log, 4)
+    assert sent["all_reduce"] == 600 and sent["all_gather"] == 600 and sent["reduce_scatter"] == 300
+    assert sent["broadcast"] == 300 and sent["total"] == 1800
+    assert sent["count"] == {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 1, "broadcast": 1}
+    assert ring_bytes_sent(log, 1)["total"] == 0 and ring_bytes_sent([], 3)["total"] == 0
+    for bad in [[{"op": "send", "bytes": 4}], [{"bytes": 4}], ["all_reduce"], [{"op": "all_reduce", "bytes": -1}]]:
+        with pytest.raises(ValueError):
+            ring_bytes_sent(bad, 2)
+
+
+def _traffic_of_collectives(rank, world_size):
+    import torch.distributed as dist
+
+    from course_lib.parallel.tensor_parallel import logged_collectives
+
+    # the tensor forms' names of torch 2.14 (the older ones warn there), or of 2.11–2.13
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    out = {}
+    for op, call in [("all_reduce", lambda: dist.all_reduce(torch.ones(65536))),
+                     ("all_gather", lambda: gather(torch.empty(world_size * 16384), torch.ones(16384))),
+                     ("reduce_scatter", lambda: scatter(torch.empty(16384), torch.ones(world_size * 16384)))]:
+        dist.barrier()
+        before = bytes_written()
+        with logged_collectives() as log:
+            call()
+        out[op] = (ring_bytes_sent(log, world_size)["total"], bytes_written() - before)
+    return out
+
+
+@pytest.mark.skipif(bytes_written() is None, reason="/proc/self/io is Linux's")
+def test_bytes_written_sees_gloo_traffic_and_gloo_reduce_scatters_by_all_reduce():
+    for rank in launch(_traffic_of_collectives, 2, backend="gloo", quiet=True, timeout=120):
+        ring, wire = rank["all_reduce"]
+        assert ring == 65536 * 4 and ring <= wire <= ring + 4096          # the ring's bytes, plus gloo's headers
+        ring, wire = rank["all_gather"]
+        assert ring == 16384 * 4 and ring <= wire <= ring + 4096
+        # ProcessGroupGloo's reduce-scatter all-reduces the whole tensor and keeps its chunk: twice the ring's count
+        ring, wire = rank["reduce_scatter"]
+        assert ring == 16384 * 4 and 2 * ring <= wire <= 2 * ring + 4096
+
+
 def test_draw_zero_stages_shows_full_states_and_one_shard_per_rank():
     n = 4
     fig = draw_zero_stages(n)
@@ -163,9 +236,12 @@ def _ddp_and_fsdp_states(rank, world_size):
     for block in fsdp[:-1]:
         fully_shard(block, mesh=init_device_mesh("cpu", (world_size,)))
     fully_shard(fsdp, mesh=init_device_mesh("cpu", (world_size,)))
+    root_only = mlp()
+    fully_shard(root_only, mesh=init_device_mesh("cpu", (world_size,)))
     numel = sum(p.numel() for p in mlp().parameters())
     return {"ddp": ddp, "fsdp": one_step(fsdp), "numel": numel,
-            "dtensor": type(next(fsdp.parameters())).__name__}
+            "dtensor": type(next(fsdp.parameters())).__name__,
+            "gathers": (largest_unshard_bytes(fsdp), largest_unshard_bytes(root_only), largest_unshard_bytes(mlp()))}
 
 
 def test_fsdp2_ranks_hold_half_of_what_ddp_ranks_hold():
@@ -183,3 +259,43 @@ def test_fsdp2_ranks_hold_half_of_what_ddp_ranks_hold():
         assert ddp["params"] + ddp["grads"] == predicted[0]["params"] + predicted[0]["grads"]
         assert fsdp["total"] == pytest.approx(predicted[3]["total"], rel=0.01)
         assert ddp["total"] == pytest.approx(predicted[0]["total"], rel=0.01)
+        # per block: one Linear(64, 64) at a time (the root's own group, Linear(64, 8), is smaller); root only:
+        # the whole model at once; no fully_shard: nothing
+        assert result["gathers"] == ((64 * 64 + 64) * 4, 4 * numel, 0)
+
+
+def _fsdp2_traffic(rank, world_size):
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from course_lib.parallel.tensor_parallel import logged_collectives
+
+    counted = {}
+    for name, reshard, policy in [("zero3", True, None), ("kept", False, None),
+                                  ("bf16", True, MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                                      reduce_dtype=torch.float32))]:
+        torch.manual_seed(0)
+        model = nn.Sequential(*(nn.Sequential(nn.Linear(32, 32), nn.ReLU()) for _ in range(3)))
+        extra = {"mp_policy": policy} if policy else {}
+        for block in model:
+            fully_shard(block, reshard_after_forward=reshard, **extra)
+        fully_shard(model, **extra)
+        x = torch.randn(4, 32)
+        F.mse_loss(model(x).float(), torch.zeros(4, 32)).backward()
+        with logged_collectives() as log:
+            F.mse_loss(model(x).float(), torch.zeros(4, 32)).backward()
+        counted[name] = ring_bytes_sent(log, world_size)
+    return counted
+
+
+def test_fsdp2_sends_what_comm_volume_predicts():
+    # Notebook 08's claim: FSDP2's collectives, counted as a ring sends them, are the ZeRO paper's volume to the
+    # byte when every dim 0 divides by the ranks (32 by 2: no padding). reshard_after_forward=False: stage 2's.
+    numel = 3 * (32 * 32 + 32)
+    for counted in launch(_fsdp2_traffic, 2, backend="gloo", quiet=True, timeout=120):
+        assert counted["zero3"]["count"]["all_gather"] == 6 and counted["zero3"]["count"]["reduce_scatter"] == 3
+        assert counted["zero3"]["total"] == comm_volume(numel, 2, 3, bytes_per_param=4)["bytes_per_rank"]
+        assert counted["kept"]["count"]["all_gather"] == 3
+        assert counted["kept"]["total"] == comm_volume(numel, 2, 2, bytes_per_param=4)["bytes_per_rank"]
+        assert counted["bf16"]["total"] == comm_volume(numel, 2, 3, bytes_per_param=2,
+                                                       reduce_bytes_per_param=4)["bytes_per_rank"]

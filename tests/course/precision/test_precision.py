@@ -18,10 +18,10 @@ import torch
 from matplotlib.figure import Figure
 
 from course_lib.precision import (FORMATS, GPU_PEAKS, Format, GPUPeaks, ScalerTrace, amdahl_speedup, bit_fields,
-                                  bits_html, format_explorer, format_picture, gradient_histogram, limits_table,
-                                  low_precision_sum, lost_update, matmul_prediction, plot_losses, plot_scale_history,
-                                  print_limits, round_to, roofline_time, scaler_demo_gradients, train_with_scaler,
-                                  underflow_fraction)
+                                  bits_html, format_explorer, format_picture, fp8_cast, fp8_demo_tensors,
+                                  fp8_scaling_run, gradient_histogram, limits_table, low_precision_sum, lost_update,
+                                  matmul_prediction, plot_losses, plot_scale_history, print_limits, round_to,
+                                  roofline_time, scaler_demo_gradients, train_with_scaler, underflow_fraction)
 
 matplotlib.use("Agg")
 
@@ -458,6 +458,83 @@ def test_amdahl_speedup():
     for bad in [(-0.1, 2), (1.5, 2), (0.5, 0), (0.5, -1), (math.nan, 2), (0.5, math.nan)]:
         with pytest.raises(ValueError):
             amdahl_speedup(*bad)
+
+
+# ------------------------------------------------------------------------------------------- fp8 scaling
+
+
+def test_fp8_cast_saturates_then_rounds_to_the_nearest_fp8_value():
+    values = random_values(200, seed=5, low=-12, high=3) + [0.0, 1.0, -1.0, 2.9, -3.5, 1e-9]
+    scale = 128.0
+    got, saturated = fp8_cast(torch.tensor(values), scale)
+    top = 448.0
+    want = [fp8_round(max(-top, min(top, f32(v) * scale)), 4, 3, False) / scale for v in values]
+    assert got.dtype == torch.float32 and got.tolist() == pytest.approx(want, rel=1e-7, abs=0)
+    # Saturated: beyond 448 + 16, the values that round to 448 anyway (464 is a tie, to the even 448).
+    assert saturated == pytest.approx(sum(abs(f32(v) * scale) > top + 16 for v in values) / len(values))
+    assert saturated > 0  # 3.5 · 128 = 448 does not saturate, 2**3 · 1.x · 128 does
+    edge, edge_saturated = fp8_cast(torch.tensor([464.0, 464.5, -1000.0, 448.0]), 1.0)
+    assert edge.tolist() == [448.0, 448.0, -448.0, 448.0] and edge_saturated == 0.5
+    e5m2, none = fp8_cast(torch.tensor([1e6, -1e6]), 1.0, "fp8 e5m2")
+    assert e5m2.tolist() == [57344.0, -57344.0] and none == 1.0  # clamped before the cast: never inf, never NaN
+
+
+def _reference_run(tensors, recipe, history_len, margin=0):
+    """(scale, saturated) per tensor from the recipe's definition, in plain Python."""
+    rows, history, scale = [], [], 1.0
+    for t in tensors:
+        xs = [f32(v) for v in t.tolist()]
+        amax = max(abs(v) for v in xs)
+        reference = amax if recipe == "current" or not history else max(history)
+        if reference > 0:
+            scale = 448.0 / reference / 2**margin
+        scale32 = f32(scale)  # torch multiplies a float32 tensor by a Python float in float32
+        rows.append((scale, sum(abs(f32(v * scale32)) > 448.0 + 16 for v in xs) / len(xs)))
+        history = (history + [amax])[-history_len:]
+    return rows
+
+
+def test_delayed_scaling_saturates_when_the_amax_jumps_and_current_scaling_does_not():
+    tensors = fp8_demo_tensors(10, spike_at=5, spike=8.0, size=512, seed=3)
+    assert [t.shape for t in tensors] == [(512,)] * 10
+    assert tensors[5].abs().max() > 5 * max(t.abs().max() for i, t in enumerate(tensors) if i != 5)
+    for recipe, history_len in (("current", 16), ("delayed", 16), ("delayed", 2)):
+        rows = fp8_scaling_run(tensors, recipe, history_len=history_len)
+        want = _reference_run(tensors, recipe, history_len)
+        assert [r.step for r in rows] == list(range(10))
+        for row, (scale, saturated) in zip(rows, want):
+            assert row.scale == pytest.approx(scale, rel=1e-12) and row.saturated == pytest.approx(saturated)
+            assert row.amax == pytest.approx(max(abs(v) for v in tensors[row.step].tolist()))
+            values, _ = fp8_cast(tensors[row.step], row.scale)
+            assert row.error == pytest.approx(((values - tensors[row.step]).norm() / tensors[row.step].norm()).item())
+    current = fp8_scaling_run(tensors, "current")
+    delayed = fp8_scaling_run(tensors, "delayed", history_len=16)
+    assert all(r.saturated == 0 for r in current) and max(r.error for r in current) < 0.05
+    assert delayed[5].saturated > 0.3 and delayed[5].error > 10 * current[5].error
+    assert all(r.scale == delayed[6].scale for r in delayed[6:])  # the spike's amax stays in the 16-step history
+    short = fp8_scaling_run(tensors, "delayed", history_len=2)
+    amax_6_7 = max(tensors[6].abs().max().item(), tensors[7].abs().max().item())
+    assert short[8].scale == pytest.approx(448 / amax_6_7)  # with a history of 2, the spike is forgotten by step 8
+    halved = fp8_scaling_run(tensors, "current", margin=1)
+    assert [r.scale for r in halved] == pytest.approx([r.scale / 2 for r in current])
+
+
+def test_fp8_scaling_rejects_bad_arguments():
+    t = torch.randn(8)
+    with pytest.raises(ValueError, match="recipe must be one of 'current', 'delayed'"):
+        fp8_scaling_run([t], "tensorwise")
+    with pytest.raises(ValueError, match="fp8 format"):
+        fp8_cast(t, 1.0, "bf16")
+    with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+        fp8_cast(t, 0.0)
+    with pytest.raises(ValueError, match="history_len must be 1 or more"):
+        fp8_scaling_run([t], "delayed", history_len=0)
+    with pytest.raises(ValueError, match=r"tensors\[1\] must be a floating-point tensor of finite values"):
+        fp8_scaling_run([t, torch.tensor([math.inf])])
+    with pytest.raises(TypeError, match="iterable of tensors"):
+        fp8_scaling_run(3)
+    with pytest.raises(ValueError, match="spike must be"):
+        fp8_demo_tensors(spike=-1.0)
 
 
 # ------------------------------------------------------------------------------------------- error messages
