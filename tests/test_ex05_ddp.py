@@ -618,8 +618,8 @@ REWRAP_CASES = [{"model": "mlp3", "cap": 300 / MiB, "steps": 2, "rows": 2, "seed
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("world_size", [2])
-@pytest.mark.parametrize("case", REWRAP_CASES, ids=lambda case: f"{case['model']}-cap{round(case['cap'] * MiB)}B")
-def test_mini_ddp_wrapped_twice_or_closed_leaves_one_set_of_hooks(world_size, case):
+@pytest.mark.parametrize("case", REWRAP_CASES, ids=lambda case: f"{case['model']}-{round(case['cap'] * MiB)}B")
+def test_mini_ddp_rewrapped_or_closed_hooks_once(world_size, case):
     got = run("ex05", _rewrap_driver, case, world_size=world_size, timeout=TIMEOUT)
     want = _reference_buckets(case["model"], case["cap"])
     reference, _ = _single_process(case, world_size)

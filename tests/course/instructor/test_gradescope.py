@@ -283,7 +283,7 @@ def test_a_correct_zipped_course_folder_gets_every_point_and_hidden_tests_wait_f
     run = gradescope["correct"]
     results, tests = run["results"], run["tests"]
     graded = {name for name, t in tests.items() if "status" in t}
-    assert graded == _passed(run) and len(graded) == 23, run["done"].stdout[-3000:]
+    assert graded == _passed(run) and len(graded) == 26, run["done"].stdout[-3000:]
     assert results["score"] == sum(t["max_score"] for t in tests.values()) > 0
     assert tests["ex00: hidden test 1"]["visibility"] == "after_published"
     assert tests["ex00: hidden test 1"]["output"] == "passed", "a hidden test says only whether it passed"
@@ -297,7 +297,7 @@ def test_a_partial_submission_scores_what_it_got_right(gradescope):
     run = gradescope["partial"]
     assert _passed(run) == EX00_SHARD_RANGE
     assert run["results"]["score"] == sum(run["tests"][n]["max_score"] for n in EX00_SHARD_RANGE) == 4
-    assert "Visible tests: ex00 3 / 7 points, ex05 0 / 37 points." in run["results"]["output"]
+    assert "Visible tests: ex00 3 / 7 points, ex05 0 / 42 points." in run["results"]["output"]
     assert "Hidden tests: 2 tests, whose results appear when your instructor publishes" in run["results"]["output"]
     failed = run["tests"]["ex00: test_all_reduce_mean_matches_single_process_mean"]
     assert failed["score"] == 0 and failed["output"], "a failed visible test says why"
