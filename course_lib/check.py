@@ -33,7 +33,7 @@ from pathlib import Path
 from course_lib import paths
 from course_lib.tables import plural
 from course_lib.grading import time_rule
-from course_lib.grading.results import TestOutcome, read_report
+from course_lib.grading.results import TestOutcome, read_report, unwritten
 
 __all__ = ["check", "run_check", "load_exercise", "CheckResult", "TimeRule", "record_reference_times"]
 
@@ -148,6 +148,9 @@ class CheckResult:
         if self.too_slow(test):
             return (f"passed in {test.duration:.1f} s; the grader allows about {limit:g} s: make it faster or it "
                     f"will lose its {plural(test.points, 'point', spec='g')}")
+        stub = unwritten(test)
+        if stub is not None:  # its first line says it all: every input fails a stub the same way
+            return stub.message.removeprefix(f"{self.exercise}: ")
         text = (test.not_graded or test.message).removeprefix(f"{self.exercise}: ")  # the table says which
         if test.outcome == "failed" and _TIMEOUT.search(_first_line(text)) and self.rule is not None:
             allowed = f"the grader allows about {limit:g} s" if limit is not None else "no reference time is known"
@@ -157,7 +160,9 @@ class CheckResult:
 
     def rows(self, verbose: bool = False) -> list[tuple[str, str, str, str]]:
         """(test, result, points, message: its first line, or all of it if verbose); the cases of a parametrized
-        test that all end the same way share one row, e.g. `test_ring [2, 3, 4]`, so a hint is not repeated."""
+        test that all end the same way share one row, e.g. `test_ring [2, 3, 4]`, so a hint is not repeated. A test
+        that stopped at an untouched stub has one message, whatever its inputs: 'f is not implemented yet (hint: ...)'
+        (grading.results.unwritten, the grouping the grader's feedback uses too)."""
         groups: dict[tuple, list[TestOutcome]] = {}
         for t in self.tests:
             function, _, case = t.nodeid.split("::", 1)[-1].partition("[")
@@ -185,8 +190,8 @@ class CheckResult:
         """(test, input) for each failed test whose inputs Hypothesis drew: the smallest input it found that fails."""
         found = []
         for t in self.tests:
-            unwritten = "not implemented yet" in _first_line(t.message)  # every input fails: nothing to learn from one
-            shown = smallest_failing_input(t.message) if t.outcome == "failed" and not unwritten else ""
+            stub = unwritten(t) is not None  # every input fails a stub: nothing to learn from one
+            shown = smallest_failing_input(t.message) if t.outcome == "failed" and not stub else ""
             if shown:
                 found.append((t.nodeid.split("::", 1)[-1], shown))
         return found
@@ -196,29 +201,29 @@ class CheckResult:
         line, code), and the exception; tests that failed the same way share one entry."""
         found: dict[str, list[str]] = {}
         for t in self.tests:
-            shown = _learner_traceback(t.message, self.target) if t.outcome == "failed" else ""
+            shown = (_learner_traceback(t.message, self.target) if t.outcome == "failed" and unwritten(t) is None
+                     else "")
             name = t.nodeid.split("::", 1)[-1].partition("[")[0]
             if shown and name not in found.setdefault(shown, []):
                 found[shown].append(name)
         return [(names, shown) for shown, names in found.items()]
 
     def _shown_rows(self, verbose: bool = False) -> list[tuple[str, str, str, str, int]]:
-        """rows() as the tables show them, (test, result, points, message, span), each message once: rows in a run
-        with the same message share the first one's cell (span = the run's length, 0 for the others), and a
-        message already shown further up reads "(same as above)"."""
-        shown: list[list] = []
-        seen: set[str] = set()
-        run_message, run_start = None, 0
-        for name, mark, points, message in self.rows(verbose):
-            if message and message == run_message:
-                shown[run_start][4] += 1
-                shown.append([name, mark, points, message, 0])
+        """rows() as the tables show them, (test, result, points, message, span), each message once: the rows with the
+        same message (the tests that stopped at the same stub, say) come together, where the first of them is, and
+        share its cell (span = how many rows share it, 0 for the rows after the first). So no cell has to point at
+        another ("same as above" after two different messages could mean either)."""
+        groups: list[list[tuple[str, str, str, str]]] = []
+        where: dict[str, int] = {}
+        for row in self.rows(verbose):
+            message = row[3]
+            if message and message in where:
+                groups[where[message]].append(row)
                 continue
-            shown.append([name, mark, points, "(same as above)" if message in seen else message, 1])
-            run_message, run_start = message, len(shown) - 1
             if message:
-                seen.add(message)
-        return [tuple(row) for row in shown]
+                where[message] = len(groups)
+            groups.append([row])
+        return [(*row, len(group) if k == 0 else 0) for group in groups for k, row in enumerate(group)]
 
     def format(self, width: int | None = None, verbose: bool = False) -> str:
         """The table as text, `width` characters wide at most (the terminal's by default); messages are wrapped,
@@ -361,14 +366,17 @@ def _wrapped_table(header: list[str], rows: list[tuple[str, ...]], width: int) -
     return "\n".join(out)
 
 
-_HYPOTHESIS_MARKERS = ("Falsifying example: ", "Failing test case: ")  # older and newer Hypothesis
+# older and newer Hypothesis; "explicit" where the input was one of the test's own @example(...)s
+_HYPOTHESIS_MARKERS = ("Falsifying example: ", "Failing test case: ", "Falsifying explicit example: ",
+                       "Failing explicit example: ")
 INPUT_SHOWN = 300  # characters of a shrunk input shown in the table; a tensor's repr can be long
 
 
 def smallest_failing_input(message: str | None) -> str:
     """The arguments of Hypothesis's shrunk failing case in a test's message, on one line ('' if there is none).
 
-    Hypothesis adds "Failing test case: test_x(\n    xs=[100],\n)" to the failure; the table shows "xs=[100]".
+    Hypothesis adds "Failing test case: test_x(\n    xs=[100],\n)" to the failure; the table shows "xs=[100]". (Where
+    one of the test's own examples failed first it says "Failing explicit example", and that one is shown.)
     """
     text = message or ""
     for marker in _HYPOTHESIS_MARKERS:

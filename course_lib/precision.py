@@ -523,12 +523,17 @@ def lost_update(weight: float, update: float, dtype) -> float:
 
 
 def _count(n, what: str) -> int:
+    """n as an int: the course's rule for counts, an int (numpy's too) or an integral float such as 1000.0 (used as
+    int(1000.0)); a bool, a fractional float, nan, inf or anything else is a TypeError."""
     if isinstance(n, bool):
-        raise TypeError(f"{what} must be a whole number, not {n!r}")
+        raise TypeError(f"{what} must be a whole number (an int, or an integral float such as 1000.0), not {n!r}")
+    if isinstance(n, float) and math.isfinite(n) and n.is_integer():
+        return int(n)
     try:
         return operator.index(n)
     except TypeError:
-        raise TypeError(f"{what} must be a whole number, not {n!r}") from None
+        raise TypeError(f"{what} must be a whole number (an int, or an integral float such as 1000.0), "
+                        f"not {n!r}") from None
 
 
 def low_precision_sum(value: float, count: int, dtype) -> float:

@@ -37,8 +37,8 @@ def time_device(fn: Callable[[], Any], device: torch.device | str, *, warmup: in
       The tests run this path on a simulated GPU with several devices that models these torch.cuda calls (and on
       a real one if present).
     - On any other device (cpu, meta...), the work is done when fn() returns: use time.perf_counter().
-    Call fn exactly warmup + repeat times. Raise TypeError if fn is not callable and ValueError if
-    warmup < 0 or repeat < 1.
+    Call fn exactly warmup + repeat times. Raise TypeError if fn is not callable (with a message that names fn and
+    says what to pass, not Python's own "'int' object is not callable") and ValueError if warmup < 0 or repeat < 1.
     """
     # BEGIN SOLUTION: what is still in the GPU's queue when fn() returns, when may an event be read, and in which unit is elapsed_time?
     if not callable(fn):

@@ -44,24 +44,32 @@ def bucket_assignment(sizes_in_bytes: Sequence[int], bucket_cap_mb: float = 25.0
     Return a new list of buckets in the order they fill (the order their all-reduces start), each a list of
     parameter indices (Python ints) in the order they were added; every index appears exactly once; no
     parameters, no buckets. `sizes_in_bytes` (a list or a tuple) is left unchanged.
-    Any whole number is a size, numpy's integers too (`np.prod(p.shape) * 4` is a numpy.int64; its dtype may be
-    narrow, e.g. numpy.uint16, so add the sizes up as Python ints, operator.index(size), or the running total
-    wraps around); a bool is not a size. A cap is any finite real number, numpy's too.
+    A size is a count of bytes, so the course's rule for counts applies: any whole number is a size, numpy's
+    integers too (`np.prod(p.shape) * 4` is a numpy.int64; its dtype may be narrow, e.g. numpy.uint16, so add the
+    sizes up as Python ints, operator.index(size), or the running total wraps around), and so is an integral
+    float such as 4096.0 or 4e6 (converted with int()); a bool (True is an int to isinstance), a fractional
+    float such as 4096.5, nan, inf or anything else is not a size. A cap is any finite real number, numpy's too.
     Example: bucket_assignment([400, 300, 200, 100], bucket_cap_mb=500 / 2**20, first_bucket_mb=250 / 2**20)
              -> [[3, 2], [1, 0]]   (100 + 200 >= 250 closes the first bucket; 300 + 400 >= 500 the second)
     This is the rule of torch's `dist._compute_bucket_assignment_by_size` (torch/csrc/distributed/c10d/
     reducer.cpp), which DDP applies, in the order gradients became ready, when it rebuilds its buckets after
     the first iteration. (DDP also keeps dtypes and devices in separate buckets; here every gradient has one.)
     Raise ValueError, with a message that names the argument to fix and says what to pass, if a size is
-    negative or not a whole number, or if a cap is negative or not a finite number.
+    negative or not a whole number (a bool, 4096.5), or if a cap is negative or not a finite number.
     """
-    # BEGIN SOLUTION: check and convert first (numbers.Integral and operator.index accept numpy's integers; a bool is an int too), then walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?
+    # BEGIN SOLUTION: check and convert first (numbers.Integral and operator.index accept numpy's integers; a bool is an int too; an integral float is a whole number, a fractional one is not), then walk i from len - 1 down to 0 with a running total for the open bucket; which limit applies to the bucket being filled, and when does it switch?
     sizes = []
-    for i, size in enumerate(sizes_in_bytes):
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
-            raise ValueError(f"sizes_in_bytes[{i}] is {size!r}: pass each gradient's size in bytes as a whole "
-                             "number, 0 or more (p.numel() * p.element_size())")
-        sizes.append(operator.index(size))  # a Python int: a numpy.uint16 total would wrap around
+    for i, given in enumerate(sizes_in_bytes):
+        size = None
+        if isinstance(given, numbers.Integral) and not isinstance(given, bool):
+            size = operator.index(given)  # a Python int: a numpy.uint16 total would wrap around
+        elif (isinstance(given, numbers.Real) and not isinstance(given, bool) and math.isfinite(given)
+              and float(given).is_integer()):
+            size = int(given)  # 4096.0 is a whole number of bytes
+        if size is None or size < 0:
+            raise ValueError(f"sizes_in_bytes[{i}] is {given!r}: pass each gradient's size in bytes as "
+                             "a whole number, 0 or more (p.numel() * p.element_size(); not a bool, not a fraction)")
+        sizes.append(size)
     for name, value in (("bucket_cap_mb", bucket_cap_mb), ("first_bucket_mb", first_bucket_mb)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
             raise ValueError(f"{name} is {value!r}: pass a bucket size in MiB, a finite number 0 or more "
@@ -106,7 +114,8 @@ class MiniDDP(nn.Module):
 
     The constructor (every rank calls it, a collective):
     - makes every rank start from rank 0's model: `dist.broadcast` from rank 0 of every parameter (frozen ones
-      too) and every buffer (BatchNorm's running statistics, any registered buffer), in place;
+      too) and every buffer of `module.buffers()` (BatchNorm's running statistics, any registered buffer, a
+      non-persistent one too: state_dict() leaves those out, DDP does not), in place;
     - puts the parameters that require a gradient into buckets with your `bucket_assignment`, over
       `module.parameters()` (which lists a tied weight once), frozen ones left out, with `bucket_cap_mb` for
       every bucket and min(1.0, bucket_cap_mb) MiB for the first (DDP's default: 1 MiB, then 25); each bucket
@@ -116,8 +125,10 @@ class MiniDDP(nn.Module):
     The hook writes the gradient, divided by the world size, into its place in its bucket's buffer; when every
     parameter of a bucket has arrived, the bucket's all-reduce STARTS (a sum of the ranks' shares: the mean):
     `dist.all_reduce(buffer, async_op=True)`, which returns at once, so the sum travels while backward goes on
-    computing the earlier layers' gradients. Buckets are started in bucket order (all ranks must issue their
-    collectives in the same order; a bucket that fills early waits for the ones before it).
+    computing the earlier layers' gradients. Buckets are started in bucket order, the order bucket_assignment
+    returns them: bucket 0, then 1, ... (all ranks must issue their collectives in the same order; when forward
+    visits the layers in another order than they were registered, gradients become ready in another order, and
+    a bucket that fills early waits for the ones before it: it starts as soon as every earlier bucket has).
     `finish_gradient_synchronization()`, after backward: wait for every bucket's all-reduce, copy the averaged
     values back into each parameter's .grad, and reset the buckets for the next iteration. Afterwards every
     rank's .grad is the mean of the ranks' gradients, what one process gets from the mean loss over the union of
@@ -135,8 +146,13 @@ class MiniDDP(nn.Module):
       wrapper alive), and check that the wrapper found there has this module as its `.module` (a deep copy of
       the module carries the attribute along).
 
-    Every trainable parameter must get a gradient in every backward, and there is one backward per
-    finish_gradient_synchronization() (no find_unused_parameters, no accumulation without syncing). The
+    Every trainable parameter must get a gradient in every backward (a layer called twice, or a weight tied to
+    two layers, still gets one gradient: the hook fires once, after both uses are summed), and there is one
+    backward per finish_gradient_synchronization() (no find_unused_parameters, no accumulation without
+    syncing). A parameter that gets no gradient is an error, never skipped in silence: its bucket, and so every
+    later one, never starts, and finish_gradient_synchronization() raises RuntimeError (after waiting for the
+    buckets that did start, so no all-reduce is left in flight), as torch's DDP without find_unused_parameters
+    raises at the next forward; returning as if synchronised would let each rank step on its own gradients. The
     trainable parameters share one dtype and device. Only the constructor broadcasts buffers (DDP also does
     it at every forward). Do not use torch's DistributedDataParallel inside: the tests switch it off.
     Raise ValueError if bucket_cap_mb is negative (numpy's numbers are numbers too).
@@ -177,7 +193,7 @@ class MiniDDP(nn.Module):
         bucket = self._buckets[bucket_index]
         # Copy and divide in one pass: the bucket holds this rank's share of the mean, the all-reduce adds the
         # shares up (dividing before the sum, not after, also keeps it from overflowing in low precision).
-        torch.div(param.grad.reshape(-1), self._world_size, out=bucket.buffer[offset:offset + param.numel()])
+        torch.div(param.grad.reshape(-1), self._world_size, out=bucket.buffer.narrow(0, offset, param.numel()))
         bucket.ready += 1
         while (self._next_to_start < len(self._buckets)
                and self._buckets[self._next_to_start].ready == len(self._buckets[self._next_to_start].params)):
@@ -209,15 +225,12 @@ class MiniDDP(nn.Module):
 
     def close(self) -> None:
         """Wait for any all-reduce in flight, then remove this wrapper's hooks: backward becomes local again."""
-        # BEGIN SOLUTION: wait() on every bucket's work that is not None (the other ranks started it too) and reset the buckets; then .remove() every hook handle and forget them, so a second close() does nothing
+        # BEGIN SOLUTION: wait() on every bucket's work that is not None (the other ranks started it too); then .remove() every hook handle and forget it (pop them off the list), so a second close() removes nothing
         for bucket in self._buckets:
             if bucket.work is not None:
-                bucket.work.wait()
-            bucket.ready, bucket.work = 0, None
-        self._next_to_start = 0
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+                bucket.work.wait()  # the wrapper is done: no need to reset its buckets
+        while self._handles:
+            self._handles.pop().remove()
         # END SOLUTION
 
     def __enter__(self) -> "MiniDDP":
@@ -289,16 +302,23 @@ def train_with_accumulation(ddp_model: nn.parallel.DistributedDataParallel, opti
     still a mean (what a DataLoader with drop_last=False gives at the end of an epoch).
     Return one Python float per optimizer step: the mean of the (undivided) losses of that window's micro-batches
     on THIS rank (no extra communication; all-reduce it yourself if you want the global mean for logging).
-    Raise ValueError if accumulation_steps is not a whole number of at least 1.
+    `accumulation_steps` is a count, so the course's rule for counts applies: an int (numpy's integers too) or an
+    integral float such as 4.0 (converted with int()). Raise ValueError, naming accumulation_steps and saying what
+    to pass, if it is less than 1 or not a whole number (a bool, 1.5, nan, inf, a string).
     """
-    # BEGIN SOLUTION: for each window: zero_grad(); for each micro-batch, no_sync() unless it is the window's last (contextlib.nullcontext() otherwise), backward of loss / len(window); then step()
-    if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or accumulation_steps < 1:
+    # BEGIN SOLUTION: check and convert accumulation_steps first (like bucket_assignment's sizes); for each window: zero_grad(); for each micro-batch, no_sync() unless it is the window's last (contextlib.nullcontext() otherwise), backward of loss / len(window); then step()
+    steps = None
+    if isinstance(accumulation_steps, numbers.Integral) and not isinstance(accumulation_steps, bool):
+        steps = operator.index(accumulation_steps)
+    elif (isinstance(accumulation_steps, numbers.Real) and not isinstance(accumulation_steps, bool)
+          and math.isfinite(accumulation_steps) and float(accumulation_steps).is_integer()):
+        steps = int(accumulation_steps)  # 4.0 micro-batches is a whole number
+    if steps is None or steps < 1:
         raise ValueError(f"accumulation_steps is {accumulation_steps!r}: pass a whole number of micro-batches per "
-                         "optimizer step, 1 or more")
-    micro_batches = list(micro_batches)
+                         "optimizer step, 1 or more (an int, or an integral float such as 4.0; not a bool)")
     losses = []
-    for start in range(0, len(micro_batches), accumulation_steps):
-        window = micro_batches[start:start + accumulation_steps]
+    for start in range(0, len(micro_batches), steps):
+        window = micro_batches[start:start + steps]
         optimizer.zero_grad()
         total = 0.0
         for i, (inputs, targets) in enumerate(window):
@@ -327,7 +347,11 @@ def fp16_compress_hook(process_group: dist.ProcessGroup | None,
       division, and the division pushes small gradients toward float16's underflow (notebook 05, section 8);
     - start `dist.all_reduce(compressed, group=..., async_op=True)` and return at once, without waiting: return
       `work.get_future().then(decompress)`, where `decompress(fut)` copies `fut.value()[0]` (the averaged float16
-      tensor) back into the bucket's float32 buffer and returns that buffer.
+      tensor) back into the bucket's float32 buffer and returns that buffer. So once the future is done, its
+      value is the bucket's buffer, float32 (not the float16 sum), and the buffer holds the group's MEAN (DDP
+      copies the future's value into .grad, which would hide a float16 value or an un-averaged buffer; a caller
+      of the hook sees both). Only the ranks of `process_group` call the hook (DDP on a subgroup runs on its
+      ranks only), so divide by that group's size, not the default group's.
     What torch's own `torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook` computes;
     the tests compare with it. Keep the signature's annotations as they are: register_comm_hook checks them
     (which is also why this file has no `from __future__ import annotations`: it turns them into strings,

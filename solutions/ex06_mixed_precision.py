@@ -15,6 +15,7 @@ autocast is on during forward, the loss and backward, and what is left in the gr
 """
 
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -47,18 +48,26 @@ def format_limits(exponent_bits: int, mantissa_bits: int, *, has_inf: bool = Tru
     is x * 2**n without rounding): smallest_normal = 2**(1 - bias), smallest_subnormal = 2**(1 - bias - m),
     eps = 2**-m. For float32, format_limits(8, 23) gives torch.finfo(torch.float32)'s max, tiny and eps; but
     compute them, do not look them up: torch.finfo and the lesson's course_lib.precision are switched off here.
-    Raise ValueError, naming the argument and saying what to pass, unless exponent_bits is a whole number
-    from 2 to 11, mantissa_bits one from 1 to 52 (True and False are not numbers of bits), and has_inf a bool.
+    A bit width is a count: an int (numpy's integers too) or an integral float such as 8.0 (the course's rule for
+    counts; it is used as int(8.0) = 8, and the limits are the same as for 8). Raise ValueError, naming the
+    argument and saying what to pass, unless exponent_bits is such a whole number from 2 to 11 and mantissa_bits
+    one from 1 to 52 (True and False are not numbers of bits, though bool is an int to isinstance; 2.5, nan, inf
+    and "8" are refused too), and has_inf is a bool.
     Every limit must fit a Python float (a float64). All do but one: with 11 exponent bits and has_inf=False the
     largest value is (2 - 2**(1 - m)) * 2**1024, at least 2**1024, beyond float64's max (about 1.8e308), so raise
     ValueError for that combination too, naming has_inf and saying what to pass (has_inf=True, or 10 exponent
     bits or fewer) instead of letting math.ldexp raise OverflowError.
     """
     # BEGIN SOLUTION: check the arguments first; then bias = 2**(e-1) - 1 and each limit as math.ldexp(mantissa, exponent); only max depends on has_inf
+    widths = []
     for name, value, low, high in (("exponent_bits", exponent_bits, 2, 11), ("mantissa_bits", mantissa_bits, 1, 52)):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ValueError(f"{name} is {value!r}: pass a whole number of bits from {low} to {high}")
-    e, m = exponent_bits, mantissa_bits
+        whole = (not isinstance(value, bool) and isinstance(value, numbers.Real) and math.isfinite(value)
+                 and value == int(value))  # an int, a numpy integer, or an integral float such as 8.0
+        if not whole or not low <= int(value) <= high:
+            raise ValueError(f"{name} is {value!r}: pass a whole number of bits from {low} to {high} (an int, or an "
+                             "integral float such as 8.0)")
+        widths.append(int(value))
+    e, m = widths
     if not isinstance(has_inf, bool):
         raise ValueError(f"has_inf is {has_inf!r}: pass True (IEEE layout, the top exponent is inf/NaN) or False "
                          "(the fn layout of float8_e4m3fn: no inf, only all ones is NaN)")
@@ -137,11 +146,17 @@ class DynamicLossScaler:
     State: the scale (starting at init_scale) and a growth tracker (0 at the start), plus, per optimizer since
     the last update(), whether it was unscaled, whether it stepped, and whether inf/NaN was found (key the
     optimizers by id(optimizer): an optimizer need not be hashable).
-    - scale(loss): return loss * the scale, a new tensor (backward through it works); loss is unchanged.
+    - scale(loss): return loss times the scale held as torch does, a 0-d float32 tensor on loss's device
+      (torch.tensor(scale, dtype=torch.float32, device=loss.device)), a new tensor (backward through it works);
+      loss is unchanged. Type promotion then gives torch's dtype: a float16 or bfloat16 loss of one or more
+      dimensions stays in its dtype, a 0-d one becomes float32 (a 0-d float16 loss of 2.0 times 65536 is
+      131072.0, not an inf), a float64 loss stays float64.
     - unscale_(optimizer): divide, in place, every gradient (not None) of the parameters in
       optimizer.param_groups by the scale, and record whether any gradient holds an inf, -inf or NaN (checked
-      before dividing). A second call for the same optimizer before update() raises RuntimeError("unscale_()
-      has already been called on this optimizer since the last update()."), one after step() raises
+      element by element before dividing: finite gradients as large as 2e38 are fine even where their sum
+      would overflow). A scale that has backed off all the way to 0 has the reciprocal inf, as in torch. A
+      second call for the same optimizer before update() raises RuntimeError("unscale_() has already been
+      called on this optimizer since the last update()."), one after step() raises
       RuntimeError("unscale_() is being called after step().").
     - step(optimizer, *args, **kwargs): unscale_ first unless it was already called for this optimizer; if
       inf/NaN was found, skip optimizer.step and return None; otherwise return
@@ -150,42 +165,55 @@ class DynamicLossScaler:
     - update(): once per iteration, after every optimizer's step. If inf/NaN was found by ANY optimizer's
       unscale since the last update, multiply the scale by backoff_factor ONCE and set the tracker to 0;
       otherwise add 1 to the tracker and, when it reaches growth_interval, multiply the scale by growth_factor
-      (unless that overflows float32 to inf) and set the tracker to 0. Then forget every optimizer's record.
-      Raise RuntimeError("No inf checks were recorded prior to update.") if no optimizer was unscaled or stepped.
+      and set the tracker to 0, except that a scale which would overflow float32 to inf is kept as it was
+      (torch's _amp_update_scale_ does that: 2.0**127 times 2 stays 2.0**127). Then forget every optimizer's
+      record. If no optimizer was unscaled or stepped since the last update() (or since the start), raise
+      AssertionError("No inf checks were recorded prior to update.") as torch's GradScaler does (an
+      AssertionError, not a RuntimeError), leaving the scale and the tracker as they were.
     - get_scale(): the scale as a Python float.
     - state_dict(): {"scale": float, "growth_factor": float, "backoff_factor": float, "growth_interval": int,
       "_growth_tracker": int}, torch's GradScaler.state_dict() keys; load_state_dict(state) takes such a dict,
-      from this class or from torch's GradScaler, and keeps no reference to it.
+      from this class or from torch's GradScaler, and keeps no reference to it. An empty dict (what a disabled
+      GradScaler saves) raises RuntimeError("The source state dict is empty, possibly because it was saved from
+      a disabled instance of GradScaler.") as torch does, and changes nothing.
     torch keeps the scale as a float32 number and unscales by multiplying by its reciprocal rounded to float32;
     do the same (round the scale with `_float32` above after each change) to match it bit for bit; the tests
     allow a relative difference of 1e-6.
-    Raise ValueError, saying what to pass, unless init_scale > 0, growth_factor > 1, 0 < backoff_factor < 1
-    and growth_interval is a whole number, 1 or more. Do not use torch's GradScaler (nor its
-    torch._amp_update_scale_ and torch._amp_foreach_non_finite_check_and_unscale_): the tests switch them off.
+    Raise ValueError, saying what to pass, unless init_scale is a number > 0 that float32 holds as a positive
+    finite value (not inf or nan, not above float32's max of about 3.4e38, which would round to inf, nor so
+    small that it rounds to 0), growth_factor > 1, 0 < backoff_factor < 1, and growth_interval is a count of
+    steps, 1 or more: an int or an integral float such as 2000.0 (the course's rule for counts; kept as
+    int(2000.0)), not True, 2.5, nan or inf. Numbers are ints or floats (numpy's too), never bools.
+    Do not use torch's GradScaler (nor its torch._amp_update_scale_ and
+    torch._amp_foreach_non_finite_check_and_unscale_): the tests switch them off.
     """
 
     def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
                  growth_interval: int = 2000):
         # BEGIN SOLUTION: check the arguments; keep the scale (as a float32 value), the factors, the interval, a growth tracker at 0, and an empty dict of per-optimizer records keyed by id(optimizer)
         for name, value, ok, what in (
-                ("init_scale", init_scale, lambda v: v > 0, "a number above 0, e.g. 2.0**16"),
+                ("init_scale", init_scale, lambda v: v > 0 and 0 < _float32(v) < math.inf,
+                 "a number above 0 that float32 holds (finite, at most about 3.4e38), e.g. 2.0**16"),
                 ("growth_factor", growth_factor, lambda v: v > 1, "a number above 1, e.g. 2.0"),
                 ("backoff_factor", backoff_factor, lambda v: 0 < v < 1, "a number between 0 and 1, e.g. 0.5")):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not ok(value):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not ok(value):
                 raise ValueError(f"{name} is {value!r}: pass {what}")
-        if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
-            raise ValueError(f"growth_interval is {growth_interval!r}: pass a whole number of steps, 1 or more")
+        if (isinstance(growth_interval, bool) or not isinstance(growth_interval, numbers.Real)
+                or not math.isfinite(growth_interval) or growth_interval != int(growth_interval)
+                or growth_interval < 1):
+            raise ValueError(f"growth_interval is {growth_interval!r}: pass a whole number of steps, 1 or more (an "
+                             "int, or an integral float such as 2000.0)")
         self._scale = _float32(init_scale)
-        self._growth_factor = growth_factor
-        self._backoff_factor = backoff_factor
-        self._growth_interval = growth_interval
+        self._growth_factor = float(growth_factor)
+        self._backoff_factor = float(backoff_factor)
+        self._growth_interval = int(growth_interval)
         self._growth_tracker = 0
         self._optimizers: dict[int, dict[str, bool]] = {}  # id(optimizer) -> unscaled, stepped, found_inf
         # END SOLUTION
 
     def scale(self, loss: torch.Tensor) -> torch.Tensor:
-        # BEGIN SOLUTION: a new tensor, loss times the scale
-        return loss * self._scale
+        # BEGIN SOLUTION: a new tensor: loss times the scale as a 0-d float32 tensor on loss's device
+        return loss * torch.tensor(self._scale, dtype=torch.float32, device=loss.device)
         # END SOLUTION
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
@@ -195,7 +223,7 @@ class DynamicLossScaler:
             raise RuntimeError("unscale_() is being called after step().")
         if record["unscaled"]:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        inverse = _float32(1.0 / self._scale)  # torch: the reciprocal in float64, rounded to float32
+        inverse = _float32(1.0 / self._scale) if self._scale else math.inf  # torch: 1/scale in float64, to float32
         found_inf = False
         with torch.no_grad():
             for group in optimizer.param_groups:
@@ -224,7 +252,7 @@ class DynamicLossScaler:
     def update(self) -> None:
         # BEGIN SOLUTION: found = any optimizer's found_inf; back off once and reset the tracker, or count a good step and grow every growth_interval of them; then clear the per-optimizer records
         if not self._optimizers:
-            raise RuntimeError("No inf checks were recorded prior to update.")
+            raise AssertionError("No inf checks were recorded prior to update.")  # torch's own exception
         if any(record["found_inf"] for record in self._optimizers.values()):
             self._scale = _float32(self._scale * self._backoff_factor)  # once, however many grads overflowed
             self._growth_tracker = 0

@@ -10,13 +10,15 @@ and one split by its input columns (RowParallelLinear), which together run a tra
 all-reduce in forward and one in backward.
 Everything runs on the CPU. The tests compare with references computed in the test process: a time-stepped
 simulation of each schedule, a brute force over every split of the layers, and torch's nn.Linear on the whole
-weight in one process. They run the tensor-parallel layers in 1, 2 and 4 gloo ranks and log every collective
-your code starts (its kind, size, reduce op and group); while your code runs, torch's pipelining schedules,
-torch.distributed.tensor.parallel, torch's functional collectives and the lesson's own pipeline helpers in
-course_lib.parallel are switched off, so each piece has to be built, not borrowed.
+weight in one process. They run the tensor-parallel layers in 1, 2, 3 and 4 gloo ranks (on subgroups too) and log
+every collective your code starts (its kind, size, reduce op and group); while your code runs, torch's pipelining
+schedules, torch.distributed.tensor.parallel, torch's functional collectives and the lesson's own pipeline
+helpers in course_lib.parallel are switched off, so each piece has to be built, not borrowed.
 """
 
 import math
+import numbers
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -27,11 +29,23 @@ from torch import nn
 KINDS = ("gpipe", "1f1b")  # the schedules pipeline_schedule knows
 
 
-def _check_count(name: str, value: int, what: str) -> None:
-    """Raise ValueError, naming the argument and saying what to pass, unless value is a whole number, 1 or more."""
-    # BEGIN SOLUTION: bool is a subclass of int: refuse it first; then int and at least 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} is {value!r}: pass the number of {what}, a whole number, 1 or more")
+def _check_count(name: str, value, what: str) -> int:
+    """value as a Python int, or a ValueError naming the argument and saying what to pass.
+
+    A count is a whole number, 1 or more: an int (numpy's ints too) or an integral float such as 4.0 (as a
+    learner types 7.5e9); not a bool (True is not 1 stage), not a fractional float (4.5), nan or inf, not a str.
+    """
+    # BEGIN SOLUTION: bool is a subclass of int: refuse it first, and anything not a real number; an Integral (numpy's too) through operator.index, another Real through int() if it is integral (float(value).is_integer(): False for 4.5, nan and inf); then at least 1
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        count = None
+    elif isinstance(value, numbers.Integral):
+        count = operator.index(value)
+    else:
+        count = int(value) if float(value).is_integer() else None
+    if count is None or count < 1:
+        raise ValueError(f"{name} is {value!r}: pass the number of {what}, a whole number (an int, or a float "
+                         "such as 4.0), 1 or more")
+    return count
     # END SOLUTION
 
 
@@ -44,12 +58,14 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
     the whole step takes 2(m + p - 1) units, of which each stage is busy 2m: the idle fraction is
     (p - 1) / (m + p - 1). One stage has no bubble (0.0); more micro-batches shrink it (GPipe's advice:
     m >= 4p keeps it under 20 %).
-    Return it as a Python float. Raise ValueError, naming the argument and saying what to pass, unless stages and
-    micro_batches are whole numbers, 1 or more (True and False are not numbers of stages).
+    Return it as a Python float. stages and micro_batches are counts: whole numbers, 1 or more, given as ints
+    (numpy's too) or as integral floats (4.0 is 4 stages). Raise ValueError, naming the argument and saying what
+    to pass, for anything else: a fractional float (4.5), nan or inf, a str, and True or False (bool is a subclass
+    of int, but True is not a number of stages).
     """
-    # BEGIN SOLUTION: check both arguments first (bool is a subclass of int); then the idle slots over all slots, p(2(m+p-1)) in all of which 2mp are busy
-    _check_count("stages", stages, "pipeline stages")
-    _check_count("micro_batches", micro_batches, "micro-batches a batch is cut into")
+    # BEGIN SOLUTION: check both arguments first and take them as ints (the helper _check_count above); then the idle slots over all slots, p(2(m+p-1)) in all of which 2mp are busy
+    stages = _check_count("stages", stages, "pipeline stages")
+    micro_batches = _check_count("micro_batches", micro_batches, "micro-batches a batch is cut into")
     return float(stages - 1) / (micro_batches + stages - 1)
     # END SOLUTION
 
@@ -76,16 +92,19 @@ def pipeline_schedule(stages: int, micro_batches: int, kind: str = "1f1b") -> li
     sorted by (time_step, stage): 2 m p tuples. For p = 2, m = 2, "gpipe":
         [(0, 0, 0, "F"), (1, 0, 1, "F"), (1, 1, 0, "F"), (2, 1, 1, "F"), (3, 1, 0, "B"), (4, 0, 0, "B"),
          (4, 1, 1, "B"), (5, 0, 1, "B")]
-    Raise ValueError, naming the argument, unless stages and micro_batches are whole numbers, 1 or more (not
-    bools), and kind is "gpipe" or "1f1b" (the message lists both). Do not use torch.distributed.pipelining's
-    schedules (or the lesson's course_lib.parallel helpers): the tests switch them off.
+    stages and micro_batches are counts, as in bubble_fraction: ints (numpy's too) or integral floats such as 4.0,
+    1 or more; the ops hold Python ints whatever was passed. kind is "gpipe" or "1f1b" in any case: "GPipe" and
+    "1F1B", as the papers write them, are the same kinds. Raise ValueError, naming the argument, for any other
+    count (a fractional float, nan, a str, True or False) and any other kind (not a str, or another name such as
+    "interleaved": the message lists both kinds). Do not use torch.distributed.pipelining's schedules (or the
+    lesson's course_lib.parallel helpers): the tests switch them off.
     """
-    # BEGIN SOLUTION: build each stage's list of ("F"/"B", micro-batch); then place ops one by one: an op's step is max(the step after its stage's previous op, the step after the op it depends on), looping over the stages until every list is placed
-    _check_count("stages", stages, "pipeline stages")
-    _check_count("micro_batches", micro_batches, "micro-batches a batch is cut into")
-    if kind not in KINDS:
-        raise ValueError(f"kind is {kind!r}: pass one of {', '.join(repr(k) for k in KINDS)}")
-    p, m = stages, micro_batches
+    # BEGIN SOLUTION: check the counts and take them as ints (_check_count), and the kind, lower-cased; build each stage's list of ("F"/"B", micro-batch); then place ops one by one: an op's step is max(the step after its stage's previous op, the step after the op it depends on), looping over the stages until every list is placed
+    p = _check_count("stages", stages, "pipeline stages")
+    m = _check_count("micro_batches", micro_batches, "micro-batches a batch is cut into")
+    if not isinstance(kind, str) or kind.lower() not in KINDS:
+        raise ValueError(f"kind is {kind!r}: pass one of {', '.join(repr(k) for k in KINDS)} (in any case)")
+    kind = kind.lower()
     orders = []
     for s in range(p):
         if kind == "gpipe":
@@ -106,8 +125,9 @@ def pipeline_schedule(stages: int, micro_batches: int, kind: str = "1f1b") -> li
     step: dict[tuple[str, int, int], int] = {}  # (op, stage, micro-batch) -> its time step
     placed = [0] * p  # how much of each stage's list is placed
     free = [0] * p  # the first step at which each stage is free
+    # Each sweep places at least one op: the lists never wait on each other in a circle (a stage's list takes the
+    # forwards and the backwards each in micro-batch order, as its neighbours' lists do).
     while any(placed[s] < len(orders[s]) for s in range(p)):
-        progress = False
         for s in range(p):
             while placed[s] < len(orders[s]):
                 op, j = orders[s][placed[s]]
@@ -116,9 +136,7 @@ def pipeline_schedule(stages: int, micro_batches: int, kind: str = "1f1b") -> li
                     break  # placed in a later sweep, once the op it waits for is
                 at = max(free[s], step[needs] + 1 if needs is not None else 0)
                 step[(op, s, j)] = at
-                free[s], placed[s], progress = at + 1, placed[s] + 1, True
-        if not progress:
-            raise RuntimeError("the stages' lists wait on each other: no schedule")
+                free[s], placed[s] = at + 1, placed[s] + 1
     return sorted((t, s, j, op) for (op, s, j), t in step.items())
     # END SOLUTION
 
@@ -139,9 +157,10 @@ def partition(costs: Sequence[float], stages: int) -> list[list[int]]:
     or every split looks equally bad (inf) and a stage can come out empty; 1e308 + 1e308 is inf, and inf - inf
     is nan. Raise ValueError, naming the argument and saying what to pass, unless costs is a non-empty list or
     tuple of finite numbers (int or float, not bool, an int no larger than a float can hold), each 0 or more,
-    and stages a whole number (not a bool) from 1 to len(costs).
+    and stages a count from 1 to len(costs): an int (numpy's too) or an integral float such as 2.0, not a bool,
+    not a fractional float.
     """
-    # BEGIN SOLUTION: check the arguments; scale the costs by a power of two so that no sum overflows (math.frexp, math.ldexp); prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries
+    # BEGIN SOLUTION: check the arguments (stages is a count: _check_count, then at most len(costs)); scale the costs by a power of two so that no sum overflows (math.frexp, math.ldexp); prefix sums make any stage's cost one subtraction; fill best[k][i] with the start of the last stage kept beside it, then walk back from best[stages][n] to the boundaries
     if not isinstance(costs, (list, tuple)) or not costs:
         raise ValueError(f"costs is {costs!r}: pass a non-empty list (or tuple) of the layers' costs")
     for i, cost in enumerate(costs):
@@ -156,7 +175,8 @@ def partition(costs: Sequence[float], stages: int) -> list[list[int]]:
             raise ValueError(f"costs[{i}] is {shown}: pass each layer's cost as a finite number, 0 or more, "
                              "below about 1.8e308 (the largest float)")
     n = len(costs)
-    if isinstance(stages, bool) or not isinstance(stages, int) or not 1 <= stages <= n:
+    stages = _check_count("stages", stages, f"stages, from 1 to len(costs) = {n}")
+    if stages > n:
         raise ValueError(f"stages is {stages!r}: pass a whole number of stages from 1 to len(costs) = {n} "
                          "(every stage needs a layer)")
     # Near the largest float, sums overflow: 1e308 + 1e308 is inf, every split then costs inf, no candidate is
@@ -237,8 +257,9 @@ def _block(size: int, group, name: str) -> tuple[int, int]:
 class ColumnParallelLinear(nn.Module):
     """This rank's block of a linear layer's OUTPUT features (Megatron-LM's column-parallel linear).
 
-    `ColumnParallelLinear(linear, group=None)`: in a group of W ranks (the default group when None; use
-    dist.get_world_size(group) and dist.get_rank(group), the rank within the group), rank r keeps the r-th block
+    `ColumnParallelLinear(linear, group=None)`: in a group of W ranks (the default group when None; the group may be
+    a subgroup of the world, such as 2 of 3 ranks, so use dist.get_world_size(group) and dist.get_rank(group), the
+    size of the group and the rank within it, never the world's), rank r keeps the r-th block
     of out_features / W rows of `linear.weight` (out_features x in_features) and of `linear.bias`, as NEW
     nn.Parameters `self.weight` (out_features / W x in_features) and `self.bias` (None if linear has no bias)
     holding copies (`.detach().clone()`), not views: the full weight is kept nowhere in the module (not as a
@@ -249,6 +270,10 @@ class ColumnParallelLinear(nn.Module):
     communication in forward. In backward, each rank's gradient with respect to x covers only its block of the
     outputs; the whole gradient is their SUM over the group: pass x through an autograd Function that is the
     identity in forward and all-reduces (dist.all_reduce, the sum) the gradient in backward, before the matmul.
+    x may have other uses besides this layer (a residual x + mlp(x), a second branch, a term of the loss): only the
+    gradient that comes back through this layer is summed, which is why the all-reduce sits inside the layer's
+    autograd Function and not in a hook on x (a hook gets x's whole gradient, its other uses' parts included).
+    Gradients keep the caller's dtype, and x is left unchanged.
     Raise ValueError if out_features is not divisible by W. Do not all-gather or broadcast weights, and do not use
     torch.distributed.tensor.parallel (switched off in the tests, which log every collective).
     """
@@ -271,7 +296,8 @@ class ColumnParallelLinear(nn.Module):
 class RowParallelLinear(nn.Module):
     """This rank's block of a linear layer's INPUT features (Megatron-LM's row-parallel linear).
 
-    `RowParallelLinear(linear, group=None)`: in a group of W ranks (the default group when None), rank r keeps the
+    `RowParallelLinear(linear, group=None)`: in a group of W ranks (the default group when None; a subgroup of the
+    world too, as for ColumnParallelLinear: the group's size and this rank's rank in it), rank r keeps the
     r-th block of in_features / W COLUMNS of `linear.weight`, as a new nn.Parameter `self.weight`
     (out_features x in_features / W) holding a copy, and the WHOLE bias, copied, as `self.bias` (None if linear
     has no bias): the full weight is kept nowhere in the module, and `linear` is left unchanged.

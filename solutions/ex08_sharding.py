@@ -21,6 +21,7 @@ course_lib.parallel.sharding are switched off, so each piece has to be built, no
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
@@ -31,11 +32,23 @@ from torch import nn
 STAGES = (0, 1, 2, 3)  # ZeRO's stages: 0 is plain data parallelism (DDP), 3 shards everything
 
 
-def _check_whole(name: str, value: int, minimum: int, what: str) -> None:
-    """Raise ValueError naming the argument unless value is a whole number (an int, not a bool), `minimum` or more."""
-    # BEGIN SOLUTION: bool is a subclass of int: refuse it first; then int and at least minimum
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} is {value!r}: pass {what}, a whole number, {minimum} or more")
+def _check_whole(name: str, value: Any, minimum: int, what: str) -> int:
+    """value as an int if it is a whole number `minimum` or more, else a ValueError naming the argument.
+
+    A whole number is an int (numpy's integers too) or an integral float such as 7.5e9 (converted with int());
+    a bool, a fractional float, nan and inf are not."""
+    # BEGIN SOLUTION: bool is a subclass of int: refuse it first; an integral (numbers.Integral) as it is, a float only if finite and integral, then int(); and at least minimum
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        whole = int(value)
+    elif (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+          and float(value).is_integer()):
+        whole = int(value)
+    else:
+        whole = None
+    if whole is None or whole < minimum:
+        raise ValueError(f"{name} is {value!r}: pass {what}, a whole number (an int, or an integral float such as "
+                         f"7.5e9), {minimum} or more")
+    return whole
     # END SOLUTION
 
 
@@ -56,15 +69,18 @@ def model_state_bytes(num_params: int, dp_degree: int, stage: int, optimizer_byt
     Figure 1's example: Ψ = 7.5e9, N = 64, K = 12 gives 120e9, 31.4e9, 16.6e9 and 1.875e9 bytes (the paper's
     120 GB, 31.4 GB, 16.6 GB and 1.9 GB, with GB = 1e9 bytes). Activations and temporary buffers are not model
     state: they are not counted.
-    Return a Python float. Raise ValueError, naming the argument and saying what to pass, unless num_params and
-    optimizer_bytes_per_param are whole numbers (ints, not bools) 0 or more, dp_degree a whole number 1 or more,
-    and stage one of 0, 1, 2, 3.
+    Return a Python float. num_params, dp_degree and optimizer_bytes_per_param are counts: each may be an int
+    (numpy's integers too) or an integral float, converted with int() (`model_state_bytes(7.5e9, 64, 3)`, Ψ typed
+    as the paper types it, is `model_state_bytes(7_500_000_000, 64, 3)`). Raise ValueError, naming the argument and
+    saying what to pass, unless num_params and optimizer_bytes_per_param are such whole numbers 0 or more and
+    dp_degree one 1 or more (a bool, a fractional float, nan or inf is none), and stage one of the ints 0, 1, 2, 3
+    (a label, not a count: not 1.0, not True).
     """
     # BEGIN SOLUTION: check every argument (bool is a subclass of int); then the three parts, each divided by N once its stage shards it
-    _check_whole("num_params", num_params, 0, "the number of parameters")
-    _check_whole("dp_degree", dp_degree, 1, "the number of data-parallel GPUs")
-    _check_whole("optimizer_bytes_per_param", optimizer_bytes_per_param, 0,
-                 "the optimizer's bytes per parameter (12 for mixed-precision Adam)")
+    num_params = _check_whole("num_params", num_params, 0, "the number of parameters")
+    dp_degree = _check_whole("dp_degree", dp_degree, 1, "the number of data-parallel GPUs")
+    optimizer_bytes_per_param = _check_whole("optimizer_bytes_per_param", optimizer_bytes_per_param, 0,
+                                             "the optimizer's bytes per parameter (12 for mixed-precision Adam)")
     if isinstance(stage, bool) or not isinstance(stage, int) or stage not in STAGES:
         raise ValueError(f"stage is {stage!r}: pass a ZeRO stage, one of {', '.join(map(str, STAGES))}")
     params, grads, optimizer = 2 * num_params, 2 * num_params, optimizer_bytes_per_param * num_params
@@ -119,7 +135,10 @@ class ShardedOptimizer(torch.optim.Optimizer):
     Each rank contributes the state of the parameters it owns (dist.all_gather_object); the tensors are copies.
     `load_state_dict(state_dict)` takes such a dict (yours, or a torch optimizer's over the same parameters, in
     the same groups): it sets every group's hyperparameters, and loads into the inner optimizer the state of this
-    rank's own parameters only. Ownership is recomputed from the sizes, so a checkpoint written with one world
+    rank's own parameters only (every hyperparameter of every group, not only lr: a schedule may have changed any).
+    A fresh model and ShardedOptimizer (with the same groups, a group added by add_param_group included) that
+    load the saved state continue EXACTLY, bit for bit, as the run that never stopped and as the torch optimizer.
+    Ownership is recomputed from the sizes, so a checkpoint written with one world
     size loads with another. (A consolidated state is whole on every rank while it is saved: at scale one writes
     each rank's shard instead, e.g. with torch.distributed.checkpoint.)
 
@@ -138,8 +157,7 @@ class ShardedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, params: Iterable[Any], optimizer_cls: type[torch.optim.Optimizer], **defaults: Any):
-        # BEGIN SOLUTION: remember optimizer_cls, defaults, the rank, the world size and a load per rank before super().__init__ (which calls add_param_group); then build the inner optimizer over the own parameters of every group
-        self._optimizer_cls, self._inner_defaults = optimizer_cls, dict(defaults)
+        # BEGIN SOLUTION: remember the rank, the world size and a load per rank before super().__init__ (which calls add_param_group); then build the inner optimizer over the own parameters of every group
         self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
         self._loads = [0] * self._world_size  # elements owned by each rank
         self._owner: dict[int, int] = {}  # id(parameter) -> its owner's rank
@@ -353,7 +371,10 @@ class MiniFSDP(nn.Module):
     In backward, the full weight's gradient (fp32) is reduce-scattered (dist.reduce_scatter, the list form, a sum
     over the ranks, then divided by W: the mean), each rank receiving its shard's rows; start it with
     async_op=True and let `finish_gradient_synchronization()` (after backward, before optimizer.step()) wait for
-    it, write it into each shard's .grad, and all-reduce (then divide by W) every replicated parameter's gradient.
+    it, ADD it to the shard's .grad (as autograd accumulates: a layer called twice in one forward reduce-scatters
+    its gradient twice, and two backwards before one finish_gradient_synchronization(), or a .grad left from an
+    earlier one, must add up, not overwrite each other), and all-reduce (then divide by W) every replicated
+    parameter's gradient.
     Afterwards every parameter's .grad is fp32, shaped like the parameter, and the same as one process would get
     from the mean loss over the union of the ranks' equally sized batches (its shard's rows, for a sharded
     weight). Never all-reduce a sharded weight's full gradient.

@@ -18,10 +18,26 @@ there is one all-reduce per bucket per step, also when the same module is wrappe
 again) and none after close() or a `with` block. train_with_accumulation runs torch's DDP with a counting comm
 hook (one all-reduce per optimizer step) and a counting no_sync.
 
-Generated inputs (Hypothesis): gradient sizes from 0 bytes to GiBs, lists empty or of one parameter, caps
-of 0, fractions of a MiB and sizes right at a limit (and, fixed, sizes and caps as numpy scalars); dataset lengths from 0, shorter than the world size,
-world sizes 1 to 5, every rank, seeds, epochs, drop_last both ways; accumulation windows that do not divide
-the number of micro-batches.
+MiniDDP also trains models built from drawn specs (`model_specs`): blocks of distinct sizes that forward visits
+in a drawn permutation of their registration order (so gradients become ready in another order than the
+buckets', and the all-reduces must still start in bucket order), a layer called twice, a layer whose weight is
+tied to the first's, a frozen block, a buffer persistent or not (the broadcast must reach a non-persistent one,
+which state_dict() leaves out), a model over 1 MiB (two buckets at DDP's default caps), a loss weighted
+differently on each rank, and a block left out of the last step's forward (a trainable parameter without a
+gradient: finish_gradient_synchronization() must raise RuntimeError, never skip its bucket); close() right after a
+backward must wait for the all-reduces in flight. (Their reference is one process computing each rank's
+gradient on that rank's rows and taking the mean: with a 33000-wide layer, one backward over every rank's rows
+together rounds differently, and SGD amplifies it past float32's tolerance.) The comm hook is also called by
+hand, inside a comm hook of torch's DDP (for a real GradBucket), on the default group, a new group of every
+rank and a subgroup of 2 of 3 ranks, beside torch's hook on a copy of the bucket: its future must hold the
+float32 mean, and so must the bucket's buffer. sampler_indices must leave the caller's global RNG state as it was.
+
+Generated inputs (Hypothesis): gradient sizes from 0 bytes to GiBs, integral floats among them (a size is a
+count: 4096.0 is one, 4096.5 and True are refused), lists empty or of one parameter, caps of 0, fractions of a
+MiB and sizes right at a limit (and, fixed, sizes and caps as numpy scalars); dataset lengths from 0, shorter
+than the world size, world sizes 1 to 5, every rank, seeds, epochs, drop_last both ways; accumulation windows
+that do not divide the number of micro-batches, accumulation_steps as integral floats, and a loss that is not
+symmetric in its arguments (mse is: loss_fn(targets, outputs) would pass with it).
 """
 
 from __future__ import annotations
@@ -67,6 +83,7 @@ def _ddp_buckets(sizes, cap_mb, first_mb):
     """
     if not sizes:
         return []  # torch asserts on an empty list; DDP refuses a model without trainable parameters
+    sizes = [int(size) for size in sizes]  # an integral float such as 4096.0 is a whole number of bytes
     tensors = [torch.empty(1, dtype=torch.uint8).expand(size) if size else torch.empty(0, dtype=torch.uint8)
                for size in sizes]
     order = list(reversed(range(len(sizes))))
@@ -99,9 +116,11 @@ def _bucket_driver(module, cases):
     return out
 
 
-# Sizes around the interesting points: empty gradients, a MiB and either side of it, DDP's 25 MiB, GiBs.
+# Sizes around the interesting points: empty gradients, a MiB and either side of it, DDP's 25 MiB, GiBs; and
+# integral floats (4096.0 bytes is a whole number: the course's rule for counts).
 gradient_sizes = (st.integers(0, 3000)
-                  | st.sampled_from([0, 1, 4, MiB - 1, MiB, MiB + 1, 25 * MiB, 3 * 2**30, 300 * MiB]))
+                  | st.sampled_from([0, 1, 4, MiB - 1, MiB, MiB + 1, 25 * MiB, 3 * 2**30, 300 * MiB])
+                  | st.integers(0, 3000).map(float) | st.sampled_from([float(MiB), 4e6, 0.0]))
 bucket_caps = (st.sampled_from([0, 0.0, 0.0005, 1000 / MiB, 0.3, 1, 1.0, 25, 25.0])
                | st.floats(0, 30, allow_nan=False, allow_infinity=False))
 bucket_cases = st.tuples(st.lists(gradient_sizes, max_size=12), bucket_caps, bucket_caps, st.booleans())
@@ -123,6 +142,7 @@ BUCKET_CASES = [
     ([600, 500, 400, 300, 200, 100], 500 / MiB, 2000 / MiB, False),
     ([1000, 1000, 10**6, 10**6, 48576, 10**6], 1.0, 1.0, False),
     ([5, 1, 999, 600], 1000 / MiB, 600 / MiB, False),   # the SECOND bucket filled exactly: 999 + 1 closes it
+    ([4096.0, 4e6, 512, 1048576.0], 25.0, 1.0, False),  # integral floats are sizes (converted with int())
 ]
 
 
@@ -157,8 +177,10 @@ def bad_bucket_cases(draw):
     sizes = draw(st.lists(st.integers(0, 5000), min_size=1, max_size=6))
     cap, first = draw(bucket_caps), draw(bucket_caps)
     broken = draw(st.sampled_from(["sizes_in_bytes", "bucket_cap_mb", "first_bucket_mb"]))
-    if broken == "sizes_in_bytes":
-        sizes[draw(st.integers(0, len(sizes) - 1))] = draw(st.integers(-10**9, -1))
+    if broken == "sizes_in_bytes":  # negative, fractional, not finite, a bool, not a number at all
+        sizes[draw(st.integers(0, len(sizes) - 1))] = draw(
+            st.integers(-10**9, -1) | st.floats(-1e6, 1e6).filter(lambda v: not v.is_integer())
+            | st.sampled_from([4096.5, 0.5, -4096.0, float("nan"), float("inf"), True, False, "4096", None]))
     elif broken == "bucket_cap_mb":
         cap = draw(st.floats(-100, -1e-9) | st.sampled_from([-1, float("nan")]))
     else:
@@ -169,7 +191,9 @@ def bad_bucket_cases(draw):
 BAD_BUCKET_CASES = [(([100, -1, 50], 25.0, 1.0), "sizes_in_bytes"), (([100], -1.0, 1.0), "bucket_cap_mb"),
                     (([100], 25.0, -0.5), "first_bucket_mb"), (([-5], 0, 0), "sizes_in_bytes"),
                     (([100, 200], float("nan"), 1.0), "bucket_cap_mb"), (([0], 0.0, -1e-9), "first_bucket_mb"),
-                    (([100, True, 50], 25.0, 1.0), "sizes_in_bytes")]   # a bool is an int, not a size
+                    (([100, True, 50], 25.0, 1.0), "sizes_in_bytes"),   # a bool is an int, not a size
+                    (([4096.5], 25.0, 1.0), "sizes_in_bytes"), (([100, 2.5e-1], 0, 0), "sizes_in_bytes"),
+                    (([float("inf")], 25.0, 1.0), "sizes_in_bytes")]   # a fraction of a byte is not a size
 
 
 @pytest.mark.points(1)
@@ -208,6 +232,7 @@ NUMPY_BUCKET_CASES = [
      ("float64", 1.0)),
     ([("uint16", 60000)] * 4, ("float64", 100_000 / MiB), ("int64", 0)),
     ([("int32", 300), ("uint8", 200), ("int16", 700), ("intp", 1000)], ("int64", 0), ("float64", 1000 / MiB)),
+    ([("float64", 300.0), ("float32", 700.0), ("int64", 1000)], ("float32", 0.0), ("float64", 1000 / MiB)),
 ]
 
 
@@ -650,6 +675,256 @@ def test_mini_ddp_rewrapped_or_closed_hooks_once(world_size, case):
             f"{where}: after the `with` block ends the wrapper is closed: a backward must start no all-reduce")
 
 
+# ---------------------------------------------------------------- MiniDDP: generated models
+
+
+class _Block(nn.Module):
+    """A residual bottleneck h + up(tanh(down(h))) of `width`: its width sets its parameters' sizes."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.down = nn.Linear(8, width, bias=False)
+        self.up = nn.Linear(width, 8)
+
+    def forward(self, h):
+        return h + self.up(torch.tanh(self.down(h)))
+
+
+class SpecModel(nn.Module):
+    """A model built from a drawn spec (`model_specs`): first layer, blocks, an optional tied layer, a head.
+
+    Forward visits the blocks in spec["sequence"], a permutation of the registration order (so gradients become
+    ready in another order than the buckets'), where a block may appear twice (one layer called twice) and
+    "again" is a layer whose weight is `first`'s (tied). `skip`, set by the driver, leaves a block out of one
+    forward (its trainable parameters get no gradient). A buffer used in forward, persistent or not; one
+    block may be frozen.
+    """
+
+    def __init__(self, spec):
+        super().__init__()
+        self.sequence = list(spec["sequence"])
+        self.skip = None
+        self.first = nn.Linear(8, 8)
+        self.blocks = nn.ModuleList(_Block(width) for width in spec["widths"])
+        if "again" in self.sequence:
+            self.again = nn.Linear(8, 8)
+            self.again.weight = self.first.weight  # tied: model.parameters() lists it once
+        self.head = nn.Linear(8, 4)
+        self.register_buffer("scale", torch.rand(4) + 0.5, persistent=spec["persistent"])
+        if spec["frozen"] is not None:
+            self.blocks[spec["frozen"]].requires_grad_(False)
+
+    def forward(self, x):
+        h = torch.tanh(self.first(x))
+        for item in self.sequence:
+            if item == self.skip:
+                continue
+            h = torch.tanh(self.again(h)) if item == "again" else self.blocks[item](h)
+        return self.head(h) * self.scale
+
+
+def _spec_model(spec, seed):
+    torch.manual_seed(seed)
+    return SpecModel(spec)
+
+
+def _spec_loss(kind, output, target, rank):
+    """The loss of one rank's rows. "weighted" is not symmetric across ranks: rank r weighs its mean squared
+    error by r + 1, so the ranks' gradients differ in scale, not only in data."""
+    loss = F.mse_loss(output, target)
+    return loss if kind == "mse" else loss * (rank + 1)
+
+
+BIG = 33_000  # a block this wide holds two weights of 8 * 33000 * 4 bytes, each over 1 MiB: two buckets at 25 MiB
+
+
+@st.composite
+def model_specs(draw):
+    """A model (layer order, tied / twice-used / frozen / skipped layers, buffer persistence, size), a bucket
+    cap, a loss, and the steps: the shapes of training that make DDP's bucket order and error cases matter."""
+    widths = draw(st.lists(st.integers(1, 7), min_size=2, max_size=4, unique=True))  # distinct sizes per block
+    if draw(st.booleans()):
+        widths[draw(st.integers(0, len(widths) - 1))] = BIG
+    items = list(range(len(widths))) + (["again"] if draw(st.booleans()) else [])
+    sequence = list(draw(st.permutations(items)))
+    twice = draw(st.none() | st.integers(0, len(widths) - 1))
+    if twice is not None:
+        sequence.insert(draw(st.integers(0, len(sequence))), twice)
+    return {"widths": widths, "sequence": sequence,
+            "frozen": draw(st.none() | st.integers(0, len(widths) - 1)),
+            "skip": draw(st.none() | st.integers(0, len(widths) - 1)),  # left out of the last step's forward
+            "persistent": draw(st.booleans()),
+            "cap": draw(st.sampled_from([0.0, 200 / MiB, 1000 / MiB, 25.0])),
+            "loss": draw(st.sampled_from(["mse", "weighted"])),
+            "steps": draw(st.integers(1, 3)), "rows": draw(st.integers(1, 3)), "seed": draw(st.integers(0, 1000))}
+
+
+def _spec_driver(rank, world_size, module, specs):
+    _switch_off_torch_ddp()
+    out = []
+    with _AllReduceLog() as log:
+        for spec in specs:
+            model = _spec_model(spec, spec["seed"] + rank)  # a different model in every rank until broadcast
+            wrapped = module.MiniDDP(model, bucket_cap_mb=spec["cap"])
+            start = {"params": [p.detach().clone() for p in model.parameters()],
+                     "buffers": {name: b.detach().clone() for name, b in model.named_buffers()}}
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            mine = slice(rank * spec["rows"], (rank + 1) * spec["rows"])
+            grads, raised, raised_at = [], None, None
+            del log.events[:]
+            for step in range(spec["steps"]):
+                x, y = _global_batch(spec["seed"], step, world_size, spec["rows"])
+                model.skip = spec["skip"] if step == spec["steps"] - 1 else None
+                log.mark(f"step {step}")
+                optimizer.zero_grad()
+                _spec_loss(spec["loss"], wrapped(x[mine]), y[mine], rank).backward()
+                raised = exception_raised_by(wrapped.finish_gradient_synchronization)
+                log.mark("finish returned")
+                if raised[0] != "returned":
+                    raised_at = step
+                    break
+                grads.append([None if p.grad is None else p.grad.detach().clone() for p in model.parameters()])
+                optimizer.step()
+            params = [p.detach().clone() for p in model.parameters()]
+            # One more backward, then close() with its all-reduces still in flight: close() must wait for them.
+            model.skip = None
+            log.mark("step closed in flight")
+            _spec_loss(spec["loss"], wrapped(x[mine]), y[mine], rank).backward()
+            wrapped.close()
+            log.mark("close returned")
+            out.append({"start": start, "grads": grads, "params": params, "raised": raised, "raised_at": raised_at,
+                        "events": list(log.events)})
+    return out
+
+
+def _spec_reference(spec, world_size):
+    """One process from rank 0's model: each step, each rank's gradient on its rows (its own backward, the same
+    shapes as in the rank), their mean, one SGD step; the gradients of each step it completes, its parameters,
+    the elements of each bucket in bucket order, and whether the last step must fail (and which buckets start)."""
+    model = _spec_model(spec, spec["seed"])
+    trainable = _trainable(model)
+    skipped = [] if spec["skip"] is None else [p for p in model.blocks[spec["skip"]].parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    grads, fails = [], False
+    for step in range(spec["steps"]):
+        x, y = _global_batch(spec["seed"], step, world_size, spec["rows"])
+        model.skip = spec["skip"] if step == spec["steps"] - 1 else None
+        if model.skip is not None and skipped:
+            fails = True  # a trainable parameter gets no gradient: MiniDDP must raise, not step
+            break
+        rows, mean = spec["rows"], None
+        for r in range(world_size):
+            model.zero_grad()
+            mine = slice(r * rows, (r + 1) * rows)
+            _spec_loss(spec["loss"], model(x[mine]), y[mine], r).backward()
+            shares = [None if p.grad is None else p.grad / world_size for p in model.parameters()]
+            mean = shares if mean is None else [None if a is None else a + b for a, b in zip(mean, shares)]
+        for p, grad in zip(model.parameters(), mean):
+            p.grad = grad
+        grads.append([None if grad is None else grad.clone() for grad in mean])
+        optimizer.step()
+    sizes = [p.numel() * p.element_size() for p in trainable]
+    buckets = _ddp_buckets(sizes, spec["cap"], min(1.0, spec["cap"]))
+    elements = [sum(trainable[i].numel() for i in bucket) for bucket in buckets]
+    # The buckets that start in the failing step: those before the first one holding a parameter left out.
+    missing = {id(p) for p in skipped}
+    first_blocked = next((b for b, bucket in enumerate(buckets) if any(id(trainable[i]) in missing for i in bucket)),
+                         len(buckets))
+    return {"model": model, "grads": grads, "fails": fails, "elements": elements,
+            "started_when_failing": elements[:first_blocked]}
+
+
+def _spec_where(spec, rank, world_size):
+    widths = ", ".join(str(w) for w in spec["widths"])
+    return (f"rank {rank} of {world_size}, blocks of widths [{widths}] registered in that order, forward visits "
+            f"{spec['sequence']} ('again' shares first's weight), frozen block {spec['frozen']}, "
+            f"{'persistent' if spec['persistent'] else 'non-persistent'} buffer, loss {spec['loss']!r}, "
+            f"bucket_cap_mb={_mb(spec['cap'])}")
+
+
+# Always run: a model over 1 MiB (two buckets at DDP's default caps) visited out of order with a tied layer,
+# a non-persistent buffer and an asymmetric loss; one bucket per parameter, blocks visited in reverse, one of
+# them twice; a block left out of the last step (it must fail there); a frozen block left out (it must not).
+SPEC_CASES = [
+    {"widths": [3, BIG, 5], "sequence": [1, "again", 2, 0], "frozen": None, "skip": None, "persistent": False,
+     "cap": 25.0, "loss": "weighted", "steps": 2, "rows": 2, "seed": 21},
+    {"widths": [2, 6, 4], "sequence": [2, 1, 0, 1], "frozen": None, "skip": 0, "persistent": True,
+     "cap": 0.0, "loss": "mse", "steps": 3, "rows": 1, "seed": 22},
+    {"widths": [5, 1, 7], "sequence": [0, 2, "again", 1], "frozen": 1, "skip": 1, "persistent": False,
+     "cap": 200 / MiB, "loss": "weighted", "steps": 2, "rows": 3, "seed": 23},
+]
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("world_size", [2, 3])
+@settings(max_examples=2)
+@given(specs=st.lists(model_specs(), min_size=1, max_size=3))
+@example(specs=SPEC_CASES)
+def test_mini_ddp_on_generated_models_in_bucket_order(world_size, specs):
+    got = run("ex05", _spec_driver, specs, world_size=world_size, timeout=TIMEOUT)
+    for index, spec in enumerate(specs):
+        ref = _spec_reference(spec, world_size)
+        rank0 = _spec_model(spec, spec["seed"])
+        names = [name for name, _ in ref["model"].named_parameters()]
+        for rank in range(world_size):
+            result, where = got[rank][index], _spec_where(spec, rank, world_size)
+            for name, param, want in zip(names, result["start"]["params"], rank0.parameters()):
+                assert torch.equal(param, want), f"{where}: after MiniDDP(...) {name} must be rank 0's (broadcast)"
+            for name, want in rank0.named_buffers():
+                assert torch.equal(result["start"]["buffers"][name], want), (
+                    f"{where}: after MiniDDP(...) the buffer {name} must be rank 0's: broadcast every tensor of "
+                    "module.buffers(), a non-persistent one too (state_dict() leaves those out)")
+            if ref["fails"]:
+                assert result["raised"][0] == "RuntimeError", (
+                    f"{where}: the last step leaves block {spec['skip']} out of forward, so its parameters get no "
+                    "gradient and their bucket never starts: finish_gradient_synchronization() must raise "
+                    f"RuntimeError (never skip the bucket: each rank would step on its own gradients), got "
+                    f"{result['raised'][0]} {result['raised'][1]}")
+                assert result["raised_at"] == spec["steps"] - 1, (
+                    f"{where}: finish_gradient_synchronization() raised at step {result['raised_at']}, but only the "
+                    f"last step, {spec['steps'] - 1}, leaves a parameter without a gradient")
+            else:
+                assert result["raised"][0] == "returned", (
+                    f"{where}: finish_gradient_synchronization() raised {result['raised'][0]}: "
+                    f"{result['raised'][1]}" + (" (the block left out is frozen: every trainable parameter got "
+                                                "its gradient)" if spec["skip"] is not None else ""))
+            parts = _steps_of(result["events"])
+            for step, part in enumerate(parts[:spec["steps"]]):
+                sizes = [e[2] for e in part if e[0] == "all_reduce"]
+                failing = ref["fails"] and step == spec["steps"] - 1
+                want = ref["started_when_failing"] if failing else ref["elements"]
+                assert sizes == want, (
+                    f"{where}, step {step}: the buckets hold {ref['elements']} elements, in bucket order (bucket 0 "
+                    f"first); the all-reduces carried {sizes}, in the order they started. Start the buckets in "
+                    "bucket order: forward visits the layers in another order than they were registered, so a "
+                    "bucket can fill before an earlier one; it waits until every earlier bucket has started"
+                    + (f" (this step leaves block {spec['skip']} out: only the buckets before its first one "
+                       "can start)" if failing else ""))
+            # Not bitwise: the all-reduce may add the ranks' shares in another order than the reference's
+            # rank order, so float32's default tolerance (rtol 1.3e-6, atol 1e-5).
+            assert len(result["grads"]) == len(ref["grads"]), (
+                f"{where}: {len(ref['grads'])} step(s) must finish, {len(result['grads'])} did")
+            for step, (mine, theirs) in enumerate(zip(result["grads"], ref["grads"])):
+                for name, grad, want in zip(names, mine, theirs):
+                    if want is None:
+                        assert grad is None, f"{where}, step {step}: {name} is frozen: it must keep no gradient"
+                        continue
+                    assert grad is not None, f"{where}, step {step}: {name} has no gradient after finishing"
+                    torch.testing.assert_close(grad, want, msg=lambda m: (
+                        f"{where}, step {step}: {name}.grad must be the MEAN of the ranks' gradients (what one "
+                        f"process gets from the mean of the ranks' losses on all their rows)\n{m}"))
+            for name, param, want in zip(names, result["params"], ref["model"].parameters()):
+                torch.testing.assert_close(param, want.detach(), msg=lambda m: (
+                    f"{where}: after the steps {name} differs from one process on every rank's rows\n{m}"))
+            closing = parts[-1]
+            closing = closing[:_position(closing, "close returned")]
+            ids = {e[1] for e in closing if e[0] == "all_reduce"}
+            waited = {e[1] for e in closing if e[0] in ("wait", "future")}
+            assert ids and ids <= waited, (
+                f"{where}: close() right after a backward must wait for the all-reduces still in flight before it "
+                f"removes the hooks (started {sorted(ids)}, waited on {sorted(waited)})")
+
+
 # ---------------------------------------------------------------- sampler_indices
 
 
@@ -660,13 +935,17 @@ def _sampler_driver(module, cases):
         raise RuntimeError("DistributedSampler is switched off while sampler_indices is tested: compute the indices")
 
     DistributedSampler.__init__ = refused
+    torch.manual_seed(987_654)  # the caller's global RNG, in some state the sampler must leave as it is
     out = []
     for length, replicas, shuffle, seed, epoch, drop_last in cases:
         per_rank = []
         for rank in range(replicas):
+            before = torch.get_rng_state()
             result = module.sampler_indices(length, replicas, rank, shuffle=shuffle, seed=seed, epoch=epoch,
                                             drop_last=drop_last)
-            per_rank.append({"types": _result_types(result), "indices": [int(i) for i in result]})
+            per_rank.append({"types": _result_types(result), "indices": [int(i) for i in result],
+                             "rng_unchanged": bool(torch.equal(torch.get_rng_state(), before))})
+            torch.rand(1)  # the caller draws between calls: the next call starts from another state
         out.append(per_rank)
     return out
 
@@ -705,6 +984,9 @@ def test_sampler_indices_match_distributed_sampler(cases):
                 f"{where}: DistributedSampler gives {want}, got {result['indices']} (shuffle with a generator seeded "
                 "seed + epoch; pad by repeating from the start, or cut with drop_last; then every num_replicas-th "
                 "index from rank)")
+            assert result["rng_unchanged"], (
+                f"{where} changed the caller's global RNG state (torch.get_rng_state()): shuffle with a "
+                "torch.Generator of your own, seeded seed + epoch, not torch.manual_seed, which reseeds everyone's")
 
 
 def _bad_sampler_driver(module, cases):
@@ -731,6 +1013,14 @@ def _micro_batches(case, rank):
     generator = torch.Generator().manual_seed(10_000 * case["seed"] + 100 * rank)
     return [(torch.randn(case["rows"], 8, generator=generator), torch.randn(case["rows"], 4, generator=generator))
             for _ in range(case["count"])]
+
+
+def _skewed_loss(output, target):
+    """A loss that is not symmetric in its arguments (mse is): loss_fn(targets, outputs) gives another gradient."""
+    return F.mse_loss(output, target) + 0.5 * (output - target).mean()
+
+
+ACCUMULATION_LOSSES = {"mse": F.mse_loss, "skewed": _skewed_loss}
 
 
 def _accumulation_model(seed):
@@ -776,7 +1066,8 @@ def _accumulation_driver(rank, world_size, module, cases):
         micro = _micro_batches(case, rank)
         before = [(x.clone(), y.clone()) for x, y in micro]
         del no_syncs[:]
-        losses = module.train_with_accumulation(ddp_model, Optimizer(), F.mse_loss, micro, case["accumulation"])
+        loss_fn = ACCUMULATION_LOSSES[case.get("loss", "mse")]
+        losses = module.train_with_accumulation(ddp_model, Optimizer(), loss_fn, micro, case["accumulation"])
         out.append({"types": _result_types(losses),
                     "losses": [float(v) for v in losses] if isinstance(losses, (list, tuple)) else None,
                     "params": [p.detach().clone() for p in model.parameters()],
@@ -787,7 +1078,7 @@ def _accumulation_driver(rank, world_size, module, cases):
 
 
 def _windows(case):
-    count, size = case["count"], case["accumulation"]
+    count, size = case["count"], int(case["accumulation"])  # 2.0 micro-batches per step is 2
     return [list(range(start, min(start + size, count))) for start in range(0, count, size)]
 
 
@@ -795,25 +1086,28 @@ def _accumulation_reference(case, world_size):
     """One process, one step per window on the window's micro-batches of every rank together; each rank's loss."""
     model = _accumulation_model(case["seed"])
     optimizer = torch.optim.SGD(model.parameters(), lr=0.2)
+    loss_fn = ACCUMULATION_LOSSES[case.get("loss", "mse")]  # a mean over rows: the union's is the mean of means
     batches = [_micro_batches(case, rank) for rank in range(world_size)]
     losses = [[] for _ in range(world_size)]
     for window in _windows(case):
         with torch.no_grad():
             for rank in range(world_size):
-                losses[rank].append(sum(F.mse_loss(model(batches[rank][i][0]), batches[rank][i][1]).item()
+                losses[rank].append(sum(loss_fn(model(batches[rank][i][0]), batches[rank][i][1]).item()
                                         for i in window) / len(window))
         x = torch.cat([batches[rank][i][0] for rank in range(world_size) for i in window])
         y = torch.cat([batches[rank][i][1] for rank in range(world_size) for i in window])
         optimizer.zero_grad()
-        F.mse_loss(model(x), y).backward()
+        loss_fn(model(x), y).backward()
         optimizer.step()
     return model, losses
 
 
-accumulation_cases = st.fixed_dictionaries({"accumulation": st.integers(1, 4), "count": st.integers(1, 7),
-                                            "rows": st.integers(1, 3), "seed": st.integers(0, 1000)})
-ACCUMULATION_CASES = [{"accumulation": 3, "count": 7, "rows": 2, "seed": 1},
-                      {"accumulation": 4, "count": 4, "rows": 1, "seed": 2},
+accumulation_cases = st.fixed_dictionaries({"accumulation": st.integers(1, 4) | st.integers(1, 4).map(float),
+                                            "count": st.integers(1, 7),
+                                            "rows": st.integers(1, 3), "seed": st.integers(0, 1000),
+                                            "loss": st.sampled_from(sorted(ACCUMULATION_LOSSES))})
+ACCUMULATION_CASES = [{"accumulation": 3, "count": 7, "rows": 2, "seed": 1, "loss": "skewed"},
+                      {"accumulation": 4.0, "count": 4, "rows": 1, "seed": 2},   # a count: 4.0 is 4
                       {"accumulation": 1, "count": 2, "rows": 3, "seed": 3}]
 
 
@@ -829,8 +1123,9 @@ def test_train_with_accumulation_matches_one_big_batch(world_size, cases):
         steps = len(_windows(case))
         for rank in range(world_size):
             result = got[rank][index]
+            loss_name = ACCUMULATION_LOSSES[case.get("loss", "mse")].__name__
             where = (f"rank {rank} of {world_size}, {case['count']} micro-batches of {case['rows']} rows, "
-                     f"accumulation_steps={case['accumulation']}")
+                     f"accumulation_steps={case['accumulation']}, loss_fn={loss_name}")
             assert result["types"][0] == "list" and all(t == "float" for t in result["types"][1]), (
                 f"{where}: return a list of Python floats, one per optimizer step, got {result['types']}")
             assert len(result["losses"]) == steps, (
@@ -884,12 +1179,13 @@ def _bad_accumulation_driver(rank, world_size, module, values):
 
 @pytest.mark.points(1)
 def test_train_with_accumulation_rejects_bad_steps():
-    values = [0, -1, 1.5]
+    values = [0, -1, 1.5, True, 0.0, float("nan"), float("inf"), "2"]  # a count: not a bool, not a fraction
     got = run("ex05", _bad_accumulation_driver, values, world_size=1, timeout=TIMEOUT)
     for value, (raised, message) in zip(values, got[0]):
         assert raised == "ValueError" and "accumulation_steps" in message, (
             f"train_with_accumulation(..., accumulation_steps={value!r}) must raise ValueError naming "
-            f"accumulation_steps and saying what to pass (a whole number, 1 or more), not {raised} {message}")
+            f"accumulation_steps and saying what to pass (a whole number, 1 or more: an int or an integral float), "
+            f"not {raised} {message}")
 
 
 # ---------------------------------------------------------------- fp16_compress_hook
@@ -979,3 +1275,80 @@ def test_fp16_compress_hook_divides_before_the_sum(world_size):
                     f"rank {rank}: gradients of about 40000 per rank became inf: their float16 sum overflows "
                     "(65504 is float16's largest); divide by the group's size BEFORE the all-reduce")
                 torch.testing.assert_close(grad, want, rtol=2e-3, atol=1e-3)
+
+
+def _hook_future_driver(rank, world_size, module, cases):
+    """Call the learner's hook yourself, inside a comm hook of torch's DDP (the only way to get a real GradBucket),
+    and torch's fp16_compress_hook on a copy of the same bucket, in the same ranks and group: what each future
+    holds and what the bucket's buffer holds afterwards. Ranks outside a subgroup build no DDP and call nothing."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel
+
+    out = []
+    for case in cases:
+        members = list(range(world_size)) if case["group"] != "subgroup" else [0, 1]
+        group = dist.new_group(members) if case["group"] != "none" else None  # every rank calls new_group
+        seen = []
+        if rank in members:
+            def probe(state, bucket):
+                before = bucket.buffer().clone()
+                theirs = default_hooks.fp16_compress_hook(state, (before.clone(),)).wait()
+                future = module.fp16_compress_hook(state, bucket)
+                value = future.wait()
+                seen.append({"type": type(value).__name__,
+                             "dtype": str(value.dtype) if isinstance(value, torch.Tensor) else "",
+                             "value": value.detach().clone() if isinstance(value, torch.Tensor) else None,
+                             "buffer": bucket.buffer().detach().clone(), "before": before,
+                             "theirs": theirs.detach().clone()})
+                return future
+
+            torch.manual_seed(case["seed"])
+            model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+            ddp_model = DistributedDataParallel(model, process_group=group)
+            ddp_model.register_comm_hook(group, probe)
+            x, y = _global_batch(case["seed"], 0, world_size, 2)
+            mine = slice(2 * rank, 2 * rank + 2)
+            (F.mse_loss(ddp_model(x[mine]), y[mine]) * case["scale"]).backward()
+        out.append({"members": members, "seen": seen})
+    return out
+
+
+@st.composite
+def hook_cases(draw):
+    return {"group": draw(st.sampled_from(["none", "whole", "subgroup"])), "seed": draw(st.integers(0, 1000)),
+            "scale": draw(st.sampled_from([1.0, 100.0, 1e-3]))}
+
+
+HOOK_FUTURE_CASES = [{"group": "subgroup", "seed": 4, "scale": 1.0}, {"group": "none", "seed": 5, "scale": 100.0},
+                     {"group": "whole", "seed": 6, "scale": 1.0}]
+
+
+@pytest.mark.points(2)
+@pytest.mark.parametrize("world_size", [3])
+@settings(max_examples=2)
+@given(cases=st.lists(hook_cases(), min_size=1, max_size=3))
+@example(cases=HOOK_FUTURE_CASES)
+def test_fp16_compress_hook_future_holds_the_mean(world_size, cases):
+    got = run("ex05", _hook_future_driver, cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
+        group = {"none": "None (the default group)", "whole": "a new_group of every rank",
+                 "subgroup": "a new_group of ranks 0 and 1 (rank 2 is outside it and calls nothing)"}[case["group"]]
+        for rank in range(world_size):
+            result = got[rank][index]
+            where = f"rank {rank} of {world_size}, process_group {group}"
+            if rank not in result["members"]:
+                continue
+            assert result["seen"], f"{where}: DDP called no comm hook"
+            for call in result["seen"]:
+                assert call["type"] == "Tensor" and call["dtype"] == "torch.float32", (
+                    f"{where}: the future the hook returns must hold the bucket's buffer, float32 (decompress copies "
+                    f"the float16 result back into it and returns it), got {call['type']} {call['dtype']}")
+                # Tolerance: float16 keeps 11 significant bits, so a learner's hook and torch's may round the
+                # division a half-ulp apart (2**-11 relative each, two roundings): rtol 2e-3 as in the test above.
+                torch.testing.assert_close(call["value"], call["theirs"], rtol=2e-3, atol=1e-6, msg=lambda m: (
+                    f"{where}: the future's value must be the group's MEAN of the bucket, what torch's "
+                    f"fp16_compress_hook gives (cast to float16, divide by the size of the group the hook was "
+                    f"given, all-reduce on that group)\n{m}"))
+                torch.testing.assert_close(call["buffer"], call["theirs"], rtol=2e-3, atol=1e-6, msg=lambda m: (
+                    f"{where}: afterwards bucket.buffer() must hold the group's mean too (copy the all-reduced "
+                    f"float16 values back into it, in place)\n{m}"))

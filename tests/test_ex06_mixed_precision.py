@@ -11,9 +11,15 @@ Generated inputs (Hypothesis): float32 bit patterns drawn field by field (ties w
 0x8000 on even and odd neighbours, 0x7FFF and 0x8001, subnormals, the largest finite values that round to inf,
 ±0, ±inf, NaNs whose payload is only low bits), in tensors from 0-d to 3-d, empty ones, transposed and strided;
 training runs of 6 to 12 steps where Hypothesis chooses which steps get an inf, -inf or NaN in which gradient,
-whether unscale_ is called by hand, the initial scale, the factors and the growth interval; and AMP steps of 1
-to 4 micro-batches in bfloat16 and float16, with and without clipping, with micro-batches whose gradients
-overflow.
+whether unscale_ is called by hand, the initial scale, the factors and the growth interval; scalers at float32's
+limits, one per drawn example starting at the top (2**118 to 2**127 and float32's max: growing must keep the old
+scale, not reach inf), one at the bottom (the smallest subnormals: backing off reaches 0, whose reciprocal is inf)
+and one anywhere, fed gradients set directly to any float32 (entries of 2**127 or more whose sum overflows while
+each is finite, some inf, -inf or NaN, some None), losses of every float dtype, 0-d and 1-d (scale() promotes as
+torch does), an optimizer that is not hashable, and update() with nothing recorded; bit widths given as ints,
+integral floats and numpy integers, and bad ones (bools, fractions, nan, inf, out of range, strings); and AMP steps
+of 1 to 4 micro-batches in bfloat16 and float16, without clipping or with max_norm from 0.0 (every gradient
+clipped to 0) to 1.0, with micro-batches whose gradients overflow.
 
 While the learner's code runs, torch's own conversions to bfloat16 refuse to run (a TorchDispatchMode sees
 every operator, however it was called; only .view(torch.bfloat16), which reinterprets bits, is allowed) and
@@ -29,6 +35,7 @@ import math
 import struct
 from fractions import Fraction
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,7 +68,7 @@ TORCH_FORMATS = [("float16", 5, 10, True), ("bfloat16", 8, 7, True), ("float32",
 
 
 def _call(e, m, has_inf) -> str:
-    return f"format_limits({e}, {m}{'' if has_inf else ', has_inf=False'})"
+    return f"format_limits({e!r}, {m!r}{'' if has_inf else ', has_inf=False'})"
 
 
 def _switch_off_other_limits():
@@ -120,12 +127,21 @@ def _torch_limits(name: str) -> dict:
             "smallest_subnormal": torch.tensor([1], dtype=ints).view(dtype).item(), "eps": float(info.eps)}
 
 
+def _as_given(e, m, kind):
+    """The two widths as ints, as integral floats (8.0: a bit width is a count) or as numpy integers."""
+    return {"int": (e, m), "float": (float(e), float(m)), "numpy": (np.int64(e), np.int32(m))}[kind]
+
+
 @pytest.mark.points(2)
 def test_format_limits_match_torch_finfo():
-    got = run("ex06", _limits_driver, [(e, m, has_inf) for _, e, m, has_inf in TORCH_FORMATS], timeout=TIMEOUT)
-    for (name, e, m, has_inf), result in zip(TORCH_FORMATS, got):
+    cases = [(name, *_as_given(e, m, kind), has_inf) for kind in ("int", "float", "numpy")
+             for name, e, m, has_inf in TORCH_FORMATS]
+    got = run("ex06", _limits_driver, [case[1:] for case in cases], timeout=TIMEOUT)
+    for (name, e, m, has_inf), result in zip(cases, got):
         _check_limits(result, _torch_limits(name), f"{_call(e, m, has_inf)} (torch.{name})",
-                      f"torch.finfo(torch.{name}), and the bit pattern 1 for the smallest subnormal")
+                      f"torch.finfo(torch.{name}), and the bit pattern 1 for the smallest subnormal"
+                      + ("; a bit width given as an integral float or a numpy integer is the same count"
+                         if not all(type(w) is int for w in (e, m)) else ""))
 
 
 def _decode(bits: int, e: int, m: int, has_inf: bool):
@@ -152,8 +168,14 @@ def _enumerated_limits(e: int, m: int, has_inf: bool) -> dict:
             "eps": float(min(v for v, _ in finite if v > 1) - 1)}
 
 
-small_formats = st.tuples(st.integers(2, 5), st.integers(1, 5), st.booleans())
-SMALL_FORMATS = [(2, 1, True), (2, 1, False), (4, 3, False), (5, 2, True), (3, 5, False), (5, 5, True)]
+def widths(low, high):
+    """A bit width from low to high, as an int or as an integral float (a count: 8.0 is 8 bits)."""
+    return st.integers(low, high).flatmap(lambda n: st.sampled_from([n, float(n)]))
+
+
+small_formats = st.tuples(widths(2, 5), widths(1, 5), st.booleans())
+SMALL_FORMATS = [(2, 1, True), (2, 1, False), (4, 3, False), (5, 2, True), (3, 5, False), (5, 5, True),
+                 (3.0, 2.0, True)]
 
 
 @pytest.mark.points(2)
@@ -163,14 +185,44 @@ SMALL_FORMATS = [(2, 1, True), (2, 1, False), (4, 3, False), (5, 2, True), (3, 5
 def test_format_limits_match_every_bit_pattern(cases):
     got = run("ex06", _limits_driver, cases, timeout=TIMEOUT)
     for (e, m, has_inf), result in zip(cases, got):
-        _check_limits(result, _enumerated_limits(e, m, has_inf), _call(e, m, has_inf),
+        _check_limits(result, _enumerated_limits(int(e), int(m), has_inf), _call(e, m, has_inf),
                       "from decoding every bit pattern of the format")
 
 
+# True is 1 to isinstance(..., int) and 1 mantissa bit is in range: only a bool check refuses format_limits(8, True).
 BAD_FORMATS = [((1, 3, True), "exponent_bits"), ((12, 3, True), "exponent_bits"), ((True, 3, True), "exponent_bits"),
-               ((5.0, 3, True), "exponent_bits"), (("8", 23, True), "exponent_bits"), ((8, 0, True), "mantissa_bits"),
+               ((5.5, 3, True), "exponent_bits"), (("8", 23, True), "exponent_bits"), ((8, 0, True), "mantissa_bits"),
                ((8, 53, True), "mantissa_bits"), ((8, False, True), "mantissa_bits"), ((8, 2.5, True), "mantissa_bits"),
-               ((4, 3, "no"), "has_inf"), ((4, 3, None), "has_inf")]
+               ((8, True, True), "mantissa_bits"), ((math.nan, 3, True), "exponent_bits"),
+               ((8, math.inf, True), "mantissa_bits"), ((12.0, 3, True), "exponent_bits"),
+               ((4, 3, "no"), "has_inf"), ((4, 3, None), "has_inf"), ((4, 3, 1), "has_inf")]
+
+# Widths that are no count of bits in range, by kind: a bool (True is 1 to isinstance(..., int), and 1 mantissa bit
+# is in range), a fractional float, nan or inf, a whole number out of range (as an int or an integral float), a string.
+BAD_WIDTHS = {
+    "bool": lambda low: st.just(True) if low == 1 else st.booleans(),
+    "fraction": lambda low: st.floats(-100, 100).filter(lambda v: not v.is_integer()),
+    "not finite": lambda low: st.sampled_from([math.nan, math.inf, -math.inf]),
+    "out of range": lambda low: (st.integers(-3, low - 1) | st.integers(53 if low == 1 else 12, 70)).flatmap(
+        lambda n: st.sampled_from([n, float(n)])),
+    "not a number": lambda low: st.sampled_from(["8", None, b"8", [8]]),
+}
+
+
+@st.composite
+def bad_format_calls(draw):
+    """format_limits(e, m, has_inf=...) calls with exactly one argument wrong, one of each kind for each argument."""
+    calls = []
+    for broken in ("exponent_bits", "mantissa_bits", "has_inf"):
+        for kind in (BAD_WIDTHS if broken != "has_inf" else [None]):
+            e, m, has_inf = draw(widths(2, 10)), draw(widths(1, 52)), draw(st.booleans())
+            if broken == "has_inf":
+                calls.append(((e, m, draw(st.sampled_from([0, 1, "no", None, 1.0]))), broken))
+            elif broken == "exponent_bits":
+                calls.append(((draw(BAD_WIDTHS[kind](2)), m, has_inf), broken))
+            else:
+                calls.append(((e, draw(BAD_WIDTHS[kind](1)), has_inf), broken))
+    return calls
 
 
 def _bad_limits_driver(module, cases):
@@ -178,9 +230,12 @@ def _bad_limits_driver(module, cases):
 
 
 @pytest.mark.points(1)
-def test_format_limits_rejects_bad_arguments():
-    got = run("ex06", _bad_limits_driver, [call for call, _ in BAD_FORMATS], timeout=TIMEOUT)
-    for ((e, m, has_inf), broken), (raised, message) in zip(BAD_FORMATS, got):
+@settings(max_examples=3)
+@given(cases=bad_format_calls())
+@example(cases=BAD_FORMATS)
+def test_format_limits_rejects_bad_arguments(cases):
+    got = run("ex06", _bad_limits_driver, [call for call, _ in cases], timeout=TIMEOUT)
+    for ((e, m, has_inf), broken), (raised, message) in zip(cases, got):
         where = f"format_limits({e!r}, {m!r}, has_inf={has_inf!r})"
         assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}"
         assert broken in message, (
@@ -780,7 +835,10 @@ def _state_driver(module, cases):
         make = _learner_scaler(module, original)
         out.append({"own": _scaler_training(make, case, switch_at, from_state(None)),
                     "from_torch": _scaler_training(make, case, switch_at, from_state(torch_state))})
-    return out
+    # what a disabled GradScaler saves is {}: refused, and the scaler stays as it was
+    scaler = module.DynamicLossScaler(init_scale=8.0, growth_interval=3)
+    empty = exception_raised_by(scaler.load_state_dict, {})
+    return out, [*empty, scaler.state_dict()]
 
 
 STATE_KEYS = ["_growth_tracker", "backoff_factor", "growth_factor", "growth_interval", "scale"]
@@ -798,7 +856,14 @@ def test_loss_scaler_state_dict_round_trips_with_torch():
     references = [_scaler_training(_torch_scaler, case) for case, _ in STATE_CASES]
     sent = [(case, at, _plain_state(reference[at - 1]["state"]))
             for (case, at), reference in zip(STATE_CASES, references)]
-    got = run("ex06", _state_driver, sent, timeout=TIMEOUT)
+    got, empty = run("ex06", _state_driver, sent, timeout=TIMEOUT)
+    torch_empty = exception_raised_by(torch.amp.GradScaler("cpu").load_state_dict, {})
+    assert empty[0] == torch_empty[0] == "RuntimeError" and "empty" in empty[1], (
+        f"DynamicLossScaler.load_state_dict({{}}) must raise RuntimeError(\"{torch_empty[1]}\"), as torch's "
+        f"GradScaler does (a disabled GradScaler saves an empty dict); got {empty[:2]}")
+    want = {"scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3, "_growth_tracker": 0}
+    assert empty[2] == want, (
+        f"load_state_dict({{}}) that raises must leave the scaler as it was, {want}; got {empty[2]}")
     for (case, at), reference, result in zip(STATE_CASES, references, got):
         where = _describe_scaler_case(case)
         for step, (mine, want) in enumerate(zip(result["own"], reference)):
@@ -837,20 +902,263 @@ def test_loss_scaler_state_dict_round_trips_with_torch():
                 f"{reference[step]['scale'][1]!r}")
 
 
+# ---- at float32's limits: scales up to 2**127 and down to 0, gradients up to float32's max whose sums overflow
+
+FLOAT32_MAX = 3.4028234663852886e38
+LOSS_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+
+
+class UnhashableSGD(TaggedSGD):
+    """An optimizer that cannot be a dict key (it defines == without a hash): key the records by id(optimizer)."""
+
+    def __eq__(self, other):
+        return self is other
+
+    __hash__ = None
+
+
+def _edge_scaler_run(make_scaler, case):
+    """Steps whose gradients are set directly to case["grads"] (scaled values, as backward would leave them).
+
+    Per step: the loss case["losses"][step] = [dtype, 0-d or 1-d, value] is scaled; each parameter's .grad is set
+    (None where the case says so; the first parameter always has one); unscale_ by hand or not; step; update.
+    After the last step, update() once more with nothing recorded since the previous one.
+    """
+    params = [nn.Parameter(torch.zeros(size)) for size in EDGE_SIZES]
+    optimizer = UnhashableSGD(params, lr=0.5)
+    fresh = exception_raised_by(make_scaler(case).update)  # nothing recorded since the start
+    scaler = make_scaler(case)
+    log = []
+    for step, grads in enumerate(case["grads"]):
+        dtype, one_d, value = case["losses"][step]
+        loss = torch.tensor([value] if one_d else value, dtype=LOSS_DTYPES[dtype], requires_grad=True)
+        before = loss.detach().clone()
+        scaled = scaler.scale(loss)
+        for param, grad in zip(params, grads):
+            param.grad = None if grad is None else torch.tensor(grad, dtype=torch.float32)
+        if case["unscale"][step]:
+            scaler.unscale_(optimizer)
+        returned = scaler.step(optimizer, tag=f"step {step}")
+        unscaled = [None if param.grad is None else param.grad.clone() for param in params]
+        scaler.update()
+        state = scaler.state_dict()
+        log.append({"scaled": [str(scaled.dtype), scaled.detach().double().reshape(-1).tolist(), scaled is loss,
+                               torch.equal(loss.detach(), before) or bool(before.isnan().all())],
+                    "returned": returned, "taken": getattr(optimizer, "taken", 0), "unscaled": unscaled,
+                    "params": [param.detach().clone() for param in params],
+                    "scale": [_type_name(scaler.get_scale()), float(scaler.get_scale())],
+                    "tracker": state.get("_growth_tracker")})
+    again = exception_raised_by(scaler.update)
+    return {"steps": log, "again": again, "fresh": fresh, "scale_after": float(scaler.get_scale()),
+            "tracker_after": scaler.state_dict().get("_growth_tracker")}
+
+
+def _edge_torch_scaler(case):
+    return torch.amp.GradScaler("cpu", init_scale=case["init_scale"], growth_factor=case["growth_factor"],
+                                backoff_factor=case["backoff_factor"], growth_interval=int(case["growth_interval"]))
+
+
+def _edge_scaler_driver(module, cases):
+    original = _switch_off_torch_scaler()
+    return [_edge_scaler_run(_learner_scaler(module, original), case) for case in cases]
+
+
+EDGE_SIZES = [4, 3]
+
+# Each drawn example has one scaler starting at float32's top (powers of 2 up to 2**127, and float32's max itself:
+# growing them overflows), one at the bottom (the smallest subnormals: backing off reaches 0, whose reciprocal is
+# inf) and one anywhere float32 holds.
+EDGE_SCALES = {
+    "top": st.sampled_from([2.0**127, FLOAT32_MAX, 1.5 * 2.0**127]) | st.integers(118, 127).map(lambda k: 2.0**k),
+    "bottom": st.sampled_from([2.0**-149, 2.0**-148, 2.0**-147]),
+    "anywhere": st.integers(-149, 127).map(lambda k: 2.0**k) | st.floats(2.0**-149, FLOAT32_MAX, width=32)}
+# A gradient entry: anything float32 holds, big ones often; inf, -inf or NaN now and then.
+edge_values = (st.floats(-FLOAT32_MAX, FLOAT32_MAX, width=32) | st.floats(-4.0, 4.0, width=32)
+               | st.sampled_from([2e38, -2e38, FLOAT32_MAX, -FLOAT32_MAX, 1.5e38]))
+
+
+@st.composite
+def edge_gradient(draw, size, may_be_none=False, nonfinite=False):
+    if may_be_none and draw(st.integers(0, 4)) == 0:
+        return None
+    values = draw(st.lists(edge_values, min_size=size, max_size=size))
+    if draw(st.booleans()):  # two or more entries of one sign (2**127 or more) whose sum overflows; each is finite
+        sign = draw(st.sampled_from([1.0, -1.0]))
+        for index in draw(st.permutations(range(size)))[:draw(st.integers(2, size))]:
+            values[index] = sign * draw(st.floats(2.0**127, FLOAT32_MAX, width=32))
+    if nonfinite:
+        values[draw(st.integers(0, size - 1))] = draw(st.sampled_from([math.inf, -math.inf, math.nan]))
+    return values
+
+
+@st.composite
+def edge_step(draw, skips):
+    """One step's two gradients; in about one step of three (one of two for `skips`), an inf, -inf or NaN."""
+    planted = draw(st.sampled_from([None, 0, 1] if skips else [None, None, 0, 1]))
+    return [draw(edge_gradient(EDGE_SIZES[0], nonfinite=planted == 0)),
+            draw(edge_gradient(EDGE_SIZES[1], may_be_none=planted != 1, nonfinite=planted == 1))]
+
+
+@st.composite
+def edge_scaler_cases(draw, regime="anywhere"):
+    steps = draw(st.integers(3, 6))
+    losses = draw(st.lists(st.tuples(st.sampled_from(sorted(LOSS_DTYPES)), st.booleans(),
+                                     st.floats(-8.0, 8.0, width=16) | st.sampled_from([0.0, 2.0, 1e30, math.inf])),
+                           min_size=steps, max_size=steps))
+    return {"init_scale": draw(EDGE_SCALES[regime]), "growth_factor": draw(st.sampled_from([2.0, 4.0, 1.5, 1.25])),
+            "backoff_factor": draw(st.sampled_from([0.5, 0.25] if regime == "bottom" else [0.5, 0.25, 0.75])),
+            "growth_interval": draw(st.integers(1, 3).flatmap(lambda n: st.sampled_from([n, float(n)]))),
+            "grads": draw(st.lists(edge_step(skips=regime == "bottom"), min_size=steps, max_size=steps)),
+            "losses": [list(loss) for loss in losses],
+            "unscale": draw(st.lists(st.booleans(), min_size=steps, max_size=steps))}
+
+
+BIG = [2e38, 2e38, 2e38, 1.0]  # each finite; their sum, 6e38, overflows float32
+EDGE_CASES = [
+    # 2**126 grows to 2**127 and then stays (2**128 is inf); three entries of 2e38: finite, the step is taken.
+    {"init_scale": 2.0**126, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 1,
+     "grads": [[BIG, [1.0, 2.0, 3.0]], [[1.0, -1.0, 0.5, 2.0], None], [BIG, [-3e38, -3e38, 1.0]],
+               [[1.0, math.inf, 0.0, 0.0], [1.0, 1.0, 1.0]], [BIG, None]],
+     "losses": [["float32", False, 2.0], ["float16", False, 2.0], ["bfloat16", True, 3.0], ["float64", False, 0.5],
+                ["float16", True, 2.0]],
+     "unscale": [True, False, False, True, False]},
+    # float32's max times 1.5 is inf: kept; a 0-d float16 loss scaled by it is a float32 inf, not a float16 one.
+    {"init_scale": FLOAT32_MAX, "growth_factor": 1.5, "backoff_factor": 0.25, "growth_interval": 2.0,
+     "grads": [[BIG, None], [[-2e38, -2e38, -2e38, -2e38], [0.0, 1.0, 2.0]], [BIG, None], [[0.5] * 4, None]],
+     "losses": [["float16", False, 1e-3], ["float32", True, 1.0], ["float16", False, 0.0], ["float32", False, 1.0]],
+     "unscale": [False, True, False, False]},
+    # the smallest subnormal scale backs off to 0 after a NaN: its reciprocal is inf, as in torch.
+    {"init_scale": 2.0**-149, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 3,
+     "grads": [[[math.nan, 1.0, 1.0, 1.0], None], [[1e-3, 0.0, -1.0, 2e38], [1.0, 1.0, 1.0]], [BIG, None]],
+     "losses": [["float32", False, 1.0], ["float32", False, 1.0], ["bfloat16", False, 1.0]],
+     "unscale": [False, True, False]},
+]
+
+
+def _describe_edge_case(case):
+    return (f"DynamicLossScaler(init_scale={case['init_scale']!r}, growth_factor={case['growth_factor']!r}, "
+            f"backoff_factor={case['backoff_factor']!r}, growth_interval={case['growth_interval']!r})")
+
+
+def _edge_story(case, reference, upto):
+    lines = []
+    for step in range(upto + 1):
+        grads = ", ".join("None" if g is None else "[" + ", ".join(f"{v:.3g}" for v in g) + "]"
+                          for g in case["grads"][step])
+        lines.append(f"  step {step}: scaled gradients {grads}{', unscale_ by hand' if case['unscale'][step] else ''}"
+                     f"{' -> skipped' if reference['steps'][step]['returned'] is None else ''}, scale after update() "
+                     f"{reference['steps'][step]['scale'][1]!r}")
+    return "\n".join(lines)
+
+
+def _same_values(got, want) -> bool:
+    return len(got) == len(want) and all(g == w or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want))
+
+
+@pytest.mark.points(3)
+@settings(max_examples=4)
+@given(cases=st.permutations(sorted(EDGE_SCALES)).flatmap(
+    lambda regimes: st.tuples(*map(edge_scaler_cases, regimes)).map(list)))
+@example(cases=EDGE_CASES)
+def test_loss_scaler_at_float32_limits_matches_grad_scaler(cases):
+    got = run("ex06", _edge_scaler_driver, cases, timeout=TIMEOUT)
+    for case, mine in zip(cases, got):
+        reference = _edge_scaler_run(_edge_torch_scaler, case)
+        where = _describe_edge_case(case)
+        for step, (have, want) in enumerate(zip(mine["steps"], reference["steps"])):
+            at = f"{where}, step {step}"
+            history = f"\ntorch.amp.GradScaler's run:\n{_edge_story(case, reference, step)}"
+            dtype, one_d, value = case["losses"][step]
+            call = f"scale() of a {'1-d' if one_d else '0-d'} torch.{dtype} loss {value!r}"
+            assert not have["scaled"][2] and have["scaled"][3], f"{at}: {call} must return a new tensor, loss unchanged"
+            assert have["scaled"][0] == want["scaled"][0] and _same_values(have["scaled"][1], want["scaled"][1]), (
+                f"{at}: {call} should be {want['scaled'][1]} of {want['scaled'][0]}, as torch's GradScaler gives (loss "
+                f"times the scale as a 0-d float32 tensor: type promotion decides the dtype), got {have['scaled'][1]} "
+                f"of {have['scaled'][0]}{history}")
+            skipped = want["returned"] is None
+            assert (have["returned"] is None) == skipped and have["taken"] == want["taken"], (
+                f"{at}: optimizer.step() should have been {'skipped' if skipped else 'taken'}: "
+                + ("a gradient holds an inf or NaN" if skipped else
+                   "every gradient entry is finite (look at each entry: a sum or norm of finite entries as large as "
+                   "2e38 overflows, the entries do not)")
+                + f"; got scaler.step returning {have['returned']!r}{history}")
+            for index, (g, w) in enumerate(zip(have["unscaled"], want["unscaled"])):
+                assert (g is None) == (w is None), f"{at}: parameter {index}'s .grad should be {w}, got {g}"
+                if w is not None:
+                    torch.testing.assert_close(g, w, rtol=1e-6, atol=0, equal_nan=True, msg=lambda m: (
+                        f"{at}: parameter {index}'s gradient after step() should be the scaled one times the float32 "
+                        f"reciprocal of the scale (inf once the scale is 0), as torch's GradScaler leaves it{history}"
+                        f"\n{m}"))
+            for index, (p, w) in enumerate(zip(have["params"], want["params"])):
+                torch.testing.assert_close(p, w, rtol=1e-6, atol=0, equal_nan=True, msg=lambda m: (
+                    f"{at}: parameter {index} after the step differs from torch's GradScaler's run{history}\n{m}"))
+            assert have["scale"][0] == "float", f"{at}: get_scale() must return a Python float"
+            assert have["scale"][1] == pytest.approx(want["scale"][1], rel=1e-6, abs=0), (
+                f"{at}: the scale after update() should be {want['scale'][1]!r}, as torch's GradScaler has it, got "
+                f"{have['scale'][1]!r} (a grown scale that would overflow float32 to inf is not taken: the old one "
+                f"stays; backing off from the smallest float32 reaches 0){history}")
+            assert have["tracker"] == want["tracker"], (
+                f"{at}: state_dict()['_growth_tracker'] should be {want['tracker']!r}, got {have['tracker']!r} (it is "
+                f"reset to 0 at each growth, even one that keeps the old scale because the new one is inf){history}")
+        assert mine["fresh"][0] == reference["fresh"][0] == "AssertionError", (
+            f"{where}: update() on a new scaler, with nothing recorded, must raise AssertionError as torch's "
+            f"GradScaler does; " + ("it returned" if mine["fresh"][0] == "returned" else f"got {mine['fresh']}"))
+        raised, message = mine["again"]
+        assert raised == reference["again"][0] == "AssertionError" and "No inf checks" in message, (
+            f"{where}: update() called again with no unscale_ or step since the last update() must raise "
+            f"AssertionError(\"No inf checks were recorded prior to update.\"), as torch's GradScaler does; "
+            + ("it returned" if raised == "returned" else f"got {raised} {message!r}"))
+        assert (mine["scale_after"], mine["tracker_after"]) == (reference["scale_after"], reference["tracker_after"]), (
+            f"{where}: an update() that raises must leave the scale and the tracker as they were "
+            f"({reference['scale_after']!r}, {reference['tracker_after']!r}), got "
+            f"({mine['scale_after']!r}, {mine['tracker_after']!r})")
+
+
 BAD_SCALERS = [({"init_scale": 0.0}, "init_scale"), ({"init_scale": -1.0}, "init_scale"),
                ({"growth_factor": 1.0}, "growth_factor"), ({"growth_factor": 0.5}, "growth_factor"),
                ({"backoff_factor": 1.0}, "backoff_factor"), ({"backoff_factor": 0.0}, "backoff_factor"),
-               ({"growth_interval": 0}, "growth_interval"), ({"growth_interval": 2.5}, "growth_interval")]
+               ({"growth_interval": 0}, "growth_interval"), ({"growth_interval": 2.5}, "growth_interval"),
+               # bools are ints to isinstance; edges float32 cannot hold as a positive finite scale
+               ({"growth_interval": True}, "growth_interval"), ({"growth_interval": math.inf}, "growth_interval"),
+               ({"growth_interval": math.nan}, "growth_interval"), ({"growth_interval": "2000"}, "growth_interval"),
+               ({"init_scale": True}, "init_scale"), ({"init_scale": math.inf}, "init_scale"),
+               ({"init_scale": math.nan}, "init_scale"), ({"init_scale": 1e39}, "init_scale"),
+               ({"init_scale": 1e-50}, "init_scale"), ({"backoff_factor": math.nan}, "backoff_factor")]
+# a count of steps may be an integral float (the course's rule for counts)
+GOOD_SCALERS = [{"growth_interval": 3.0}, {"growth_interval": np.int64(5)}, {"init_scale": FLOAT32_MAX},
+                {"init_scale": 2.0**-149}, {"init_scale": np.float32(1024.0)}]
 
 
-def _bad_scaler_driver(module, cases):
+def _bad_scaler_driver(module, cases, good):
     _refuse_subclass(module, _switch_off_torch_scaler())
-    return [exception_raised_by(module.DynamicLossScaler, **kwargs) for kwargs, _ in cases]
+    accepted = []
+    for kwargs in good:
+        try:
+            state = module.DynamicLossScaler(**kwargs).state_dict()
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the exception is the answer here
+            accepted.append([type(exc).__name__, str(exc)])
+            continue
+        accepted.append({key: [_type_name(value), value] for key, value in state.items()
+                         if key in ("scale", "growth_interval")})
+    return [exception_raised_by(module.DynamicLossScaler, **kwargs) for kwargs, _ in cases], accepted
 
 
 @pytest.mark.points(1)
 def test_loss_scaler_rejects_bad_arguments():
-    got = run("ex06", _bad_scaler_driver, BAD_SCALERS, timeout=TIMEOUT)
+    got, accepted = run("ex06", _bad_scaler_driver, BAD_SCALERS, GOOD_SCALERS, timeout=TIMEOUT)
+    for kwargs, state in zip(GOOD_SCALERS, accepted):
+        where = f"DynamicLossScaler({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+        assert isinstance(state, dict), (
+            f"{where} is valid (a whole number of steps, a scale float32 holds); it raised {state}")
+        if "growth_interval" in kwargs:
+            assert state["growth_interval"] == ["int", int(kwargs["growth_interval"])], (
+                f"{where}: state_dict()['growth_interval'] should be the int {int(kwargs['growth_interval'])} (a count "
+                f"given as an integral float is used as int(...)), got {state['growth_interval']}")
+        else:
+            assert state["scale"] == ["float", float(kwargs["init_scale"])], (
+                f"{where}: state_dict()['scale'] should be {float(kwargs['init_scale'])!r}, got {state['scale']}")
     for (kwargs, broken), (raised, message) in zip(BAD_SCALERS, got):
         where = f"DynamicLossScaler({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
         assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}"
@@ -1014,7 +1322,7 @@ def amp_cases(draw):
     bad = draw(st.lists(st.tuples(st.integers(0, steps - 1), st.integers(0, micro - 1)).map(list), max_size=2))
     return {"seed": draw(st.integers(0, 10**4)), "steps": steps, "micro": micro, "rows": draw(st.integers(1, 4)),
             "dtype": draw(st.sampled_from(sorted(DTYPES))), "bad": bad,
-            "max_norm": draw(st.sampled_from([None, None, 0.01, 0.1, 1.0])),
+            "max_norm": draw(st.sampled_from([None, None, 0.0, 0.01, 0.1, 1.0])),
             "init_scale": draw(st.sampled_from([2.0**16, 256.0]))}
 
 
@@ -1028,7 +1336,7 @@ def amp_case(steps, micro, dtype="bfloat16", max_norm=None, bad=(), rows=3, seed
 AMP_CASES = [amp_case(3, 3, "bfloat16", max_norm=0.01, bad=[(1, 2)]),
              amp_case(3, 3, "float16", max_norm=0.05, seed=1),
              amp_case(3, 2, "float16", bad=[(0, 0)], seed=2, init_scale=256.0),
-             amp_case(2, 1, "bfloat16", seed=3)]
+             amp_case(2, 1, "bfloat16", max_norm=0.0, seed=3)]  # 0.0 clips every gradient to 0: not "no clipping"
 
 
 @pytest.mark.points(3)
@@ -1064,7 +1372,8 @@ def _events(log, *names):
 
 
 STRUCTURE_CASES = [amp_case(2, 3, "bfloat16", max_norm=0.05, seed=4), amp_case(2, 2, "float16", seed=5),
-                   amp_case(2, 4, "bfloat16", max_norm=1.0, bad=[(0, 1)], seed=6)]
+                   amp_case(2, 4, "bfloat16", max_norm=1.0, bad=[(0, 1)], seed=6),
+                   amp_case(1, 2, "bfloat16", max_norm=0.0, seed=7)]
 
 
 @pytest.mark.points(2)

@@ -8,10 +8,17 @@ whole batch with SGD, in float32, or casting the same layers' weights, biases an
 outputs back to float32, and with a loss scaler by one process's torch.amp.GradScaler.
 
 Generated inputs (Hypothesis): parameter counts up to 10^12, 1 to 1024 GPUs, every stage, optimizer bytes per
-parameter 0 to 16; optimizers over an MLP and over a model whose output layer is tied to its embedding, one or two
-parameter groups, a learning rate changed between steps, 1 to 4 steps of 1 to 3 rows per rank, a checkpoint after
-1 to 3 of them; MiniFSDP over stacks of linear layers (with and without bias, LayerNorm between them or not)
-behind an embedding or not, weights whose rows the world size does not divide, 1 to 3 steps, float32 or bfloat16.
+parameter 0 to 16, each count typed as an int, an integral float (7.5e9) or a numpy integer; optimizers over an
+MLP, over a model whose output layer is tied to its embedding and over parameters of drawn sizes (drawn so that
+greedy ownership in the given order differs from round-robin and from sorting by size), one or two parameter
+groups, a learning rate changed between steps, 1 to 4 steps of 1 to 3 rows per rank; schedules that set any
+hyperparameter (lr, weight_decay, AdamW's betas and eps, SGD's momentum and dampening) of any group before any
+step, add a group with add_param_group at a drawn step, pass a closure to some steps and save a checkpoint at a
+drawn step, resumed by a fresh model and optimizer (compared bit for bit: the gradients are averaged in rank order
+here as in the reference); MiniFSDP over stacks of linear layers (with and without bias, LayerNorm between them
+or not) behind an embedding or not, a square layer called twice per forward or not, weights whose rows the world
+size does not divide, 1 to 3 steps of one or two micro-batches (finish_gradient_synchronization() after each
+backward or once after both), float32 or bfloat16.
 
 The distributed pieces run in 2 and 3 gloo ranks, each on its own rows of the global batch. Inside the rank every
 collective is logged where every torch.distributed function passes (the process group's methods): its kind, size
@@ -25,7 +32,9 @@ the layer's full weight (the batches are small, so activations are smaller), and
 the next sharded layer's forward starts. Also: the parameters' order (state_dict() keys, an optimizer's state
 dict built before the first forward loading into one built after), gather_full_params() returning compact
 copies, torch's ShardedGradScaler skipping the step on every rank when one rank's gradient shard holds an inf,
-and ShardedOptimizer resuming from its state_dict() (and from torch's) like an uninterrupted torch optimizer.
+ShardedOptimizer resuming from its state_dict() (and from torch's) exactly like an uninterrupted torch optimizer,
+which rank owns each parameter, step(closure) under grad mode returning the closure's loss, the reduce-scatter's
+dtype under a compute dtype (float32), and gather_full_params() sharing no storage with the live parameters.
 MiniFSDP's ranks run with FutureWarning and DeprecationWarning raised as errors. While the learner's code runs,
 torch's FSDP (torch.distributed.fsdp, fully_shard), ZeroRedundancyOptimizer, torch.distributed.tensor's
 distribute functions, torch's functional collectives and the lesson's course_lib.parallel.sharding refuse to run.
@@ -147,10 +156,13 @@ def _bytes_driver(module, calls):
 def test_model_state_bytes_gives_the_zero_papers_figure():
     # Figure 1 of Rajbhandari et al. 2020: 7.5B parameters, 64 GPUs, K = 12; GB = 1e9 bytes.
     figure = [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)]
-    calls = [(7_500_000_000, 64, stage) for stage, _ in figure]
+    # Ψ typed as the paper types it, 7.5e9 (a count given as an integral float: int() of it), and as an int.
+    typed = [("7_500_000_000", 7_500_000_000, 64), ("7.5e9", 7.5e9, 64), ("7.5e9", 7.5e9, 64.0)]
+    calls = [(psi, n, stage) for _, psi, n in typed for stage, _ in figure]
     got = run("ex08", _bytes_driver, calls, timeout=TIMEOUT)
-    for (stage, gigabytes), (kind, value) in zip(figure, got):
-        where = f"model_state_bytes(7_500_000_000, 64, stage={stage})"
+    for (label, _, n), (stage, gigabytes), (kind, value) in zip(
+            [t for t in typed for _ in figure], figure * len(typed), got):
+        where = f"model_state_bytes({label}, {n!r}, stage={stage})"
         assert kind == "float", f"{where} must return a Python float, got {kind}"
         exact = float(_zero_bytes(7_500_000_000, 64, stage, 12))
         assert value == pytest.approx(exact, rel=1e-12), (
@@ -160,8 +172,18 @@ def test_model_state_bytes_gives_the_zero_papers_figure():
         assert round(value / 1e9, 1) == gigabytes, f"{where}: {value / 1e9:.4g} GB, the paper says {gigabytes} GB"
 
 
-bytes_cases = st.tuples(st.integers(0, 10**12), st.integers(1, 1024), st.integers(0, 16))
-BYTES_CASES = [(1, 1, 12), (10**9, 8, 12), (1000, 3, 16), (7, 5, 0), (0, 4, 12), (123_456_789, 1024, 8)]
+def _typed_count(draw_int):
+    """A count as a learner may type it: an int, the same as an integral float (7.5e9), or as a numpy integer."""
+    import numpy as np
+
+    return st.tuples(draw_int, st.sampled_from(["int", "float", "numpy"])).map(
+        lambda pair: {"int": int, "float": float, "numpy": np.int64}[pair[1]](pair[0]))
+
+
+bytes_cases = st.tuples(_typed_count(st.integers(0, 10**12)), _typed_count(st.integers(1, 1024)),
+                        _typed_count(st.integers(0, 16)))
+BYTES_CASES = [(1, 1, 12), (10**9, 8, 12), (1000, 3, 16), (7, 5, 0), (0, 4, 12), (123_456_789, 1024, 8),
+               (7.5e9, 64.0, 12.0), (1e3, 3, 16.0)]
 
 
 @pytest.mark.points(2)
@@ -177,7 +199,7 @@ def test_model_state_bytes_follows_the_formula_at_every_stage(cases):
         where = (f"model_state_bytes({psi}, {n}, stage={stage}"
                  + (f", optimizer_bytes_per_param={k})" if len(calls) and k != 12 else ")"))
         assert kind == "float", f"{where} must return a Python float, got {kind}"
-        want = _zero_bytes(psi, n, stage, k)
+        want = _zero_bytes(int(psi), int(n), stage, int(k))  # a count given as an integral float is int() of it
         assert value == pytest.approx(float(want), rel=1e-12, abs=1e-9), (
             f"{where}: 2Ψ fp16 parameters + 2Ψ fp16 gradients + KΨ optimizer state, with stage 1 dividing the "
             f"optimizer state by N, stage 2 the gradients too, stage 3 the parameters too: {float(want)!r}, got "
@@ -191,11 +213,15 @@ def test_model_state_bytes_follows_the_formula_at_every_stage(cases):
             assert len(set(by_stage)) == 1, f"{where}: one GPU shards nothing: every stage holds the same, {by_stage}"
 
 
-BAD_BYTES = [((-1, 8, 1), "num_params"), ((1.5e9, 8, 1), "num_params"), ((True, 8, 1), "num_params"),
-             ((100, 0, 1), "dp_degree"), ((100, 2.0, 1), "dp_degree"), ((100, -3, 2), "dp_degree"),
+# Counts accept integral floats (7.5e9) but not fractional ones, nan, inf or bools; the stage is a label: ints only.
+BAD_BYTES = [((-1, 8, 1), "num_params"), ((1e9 + 0.5, 8, 1), "num_params"), ((True, 8, 1), "num_params"),
+             ((float("nan"), 8, 1), "num_params"), ((float("inf"), 8, 1), "num_params"), ((-1.0, 8, 1), "num_params"),
+             ((100, 0, 1), "dp_degree"), ((100, 2.5, 1), "dp_degree"), ((100, -3, 2), "dp_degree"),
+             ((100, 0.0, 1), "dp_degree"), ((100, True, 1), "dp_degree"), ((100, "8", 1), "dp_degree"),
              ((100, 8, 4), "stage"), ((100, 8, -1), "stage"), ((100, 8, "1"), "stage"), ((100, 8, 1.0), "stage"),
              ((100, 8, True), "stage"), ((100, 8, 1, -2), "optimizer_bytes_per_param"),
-             ((100, 8, 1, 12.5), "optimizer_bytes_per_param")]
+             ((100, 8, 1, -1), "optimizer_bytes_per_param"), ((100, 8, 1, 12.5), "optimizer_bytes_per_param"),
+             ((100, 8, 1, float("inf")), "optimizer_bytes_per_param"), ((100, 8, 1, False), "optimizer_bytes_per_param")]
 
 
 def _bad_bytes_driver(module, calls):
@@ -233,10 +259,23 @@ class _TiedModel(nn.Module):
         return self.head(torch.tanh(self.hidden(self.embedding(ids))))
 
 
+class _SizedModel(nn.Module):
+    """One 1-d parameter per drawn size, in the given order: what ownership depends on, and nothing else."""
+
+    def __init__(self, sizes):
+        super().__init__()
+        self.weights = nn.ParameterList(nn.Parameter(torch.randn(n)) for n in sizes)
+
+    def forward(self, x):
+        return sum(torch.tanh(w * x[:, :len(w)]).sum(dim=1) for w in self.weights)
+
+
 def _optimizer_model(case):
     torch.manual_seed(case["seed"])
     if case["model"] == "tied":
         return _TiedModel()
+    if case["model"] == "sizes":
+        return _SizedModel(case["sizes"])
     return nn.Sequential(nn.Linear(5, 8), nn.Tanh(), nn.Linear(8, 7), nn.Tanh(), nn.Linear(7, 3))
 
 
@@ -259,6 +298,9 @@ def _optimizer_loss(model, case, step, rank):
         ids = torch.randint(0, VOCAB, (case["rows"], 3), generator=generator)
         targets = torch.randint(0, VOCAB, (case["rows"], 3), generator=generator)
         return F.cross_entropy(model(ids).reshape(-1, VOCAB), targets.reshape(-1))
+    if case["model"] == "sizes":
+        x = torch.randn(case["rows"], max(case["sizes"]), generator=generator)
+        return F.mse_loss(model(x), torch.randn(case["rows"], generator=generator))
     x = torch.randn(case["rows"], 5, generator=generator)
     return F.mse_loss(model(x), torch.randn(case["rows"], 3, generator=generator))
 
@@ -343,9 +385,10 @@ def _optimizer_reference(case, world_size):
 
 
 def _describe_optimizer(case, world_size):
-    model = "a model with an embedding tied to its output layer" if case["model"] == "tied" else "an MLP"
+    model = {"tied": "a model with an embedding tied to its output layer", "mlp": "an MLP"}.get(
+        case["model"], f"a model of 1-d parameters of {case.get('sizes')} elements, in this order")
     groups = ", two parameter groups (the first at half the lr)" if case["groups"] else ""
-    halve = f", lr halved before step {case['halve_at']}" if 0 <= case["halve_at"] < case["steps"] else ""
+    halve = f", lr halved before step {case['halve_at']}" if 0 <= case.get("halve_at", -1) < case["steps"] else ""
     return (f"ShardedOptimizer(params, torch.optim.{case['optimizer']}, **{_optimizer_kwargs(case)}) over {model}"
             f"{groups}, {case['steps']} step(s) of {case['rows']} row(s) per rank{halve}, {world_size} ranks")
 
@@ -389,23 +432,67 @@ STATE_CASES = [{"model": "tied", "optimizer": "AdamW", "lr": 0.05, "groups": Fal
                {"model": "mlp", "optimizer": "SGD", "lr": 0.1, "groups": True, "steps": 2, "halve_at": -1,
                 "rows": 1, "seed": 5},
                {"model": "mlp", "optimizer": "AdamW", "lr": 0.1, "groups": False, "steps": 1, "halve_at": -1,
-                "rows": 2, "seed": 6}]
+                "rows": 2, "seed": 6},
+               {"model": "sizes", "sizes": [5, 1, 1, 8, 2, 6], "optimizer": "SGD", "lr": 0.05, "groups": True,
+                "steps": 1, "halve_at": -1, "rows": 2, "seed": 7}]
+
+
+def _greedy_owners(sizes, world_size, order=None):
+    """The docstring's ownership: in the given order (or `order`), each parameter to the rank that owns the fewest
+    elements so far, the lowest rank on a tie."""
+    loads, owners = [0] * world_size, [None] * len(sizes)
+    for i in range(len(sizes)) if order is None else order:
+        owners[i] = min(range(world_size), key=lambda rank: (loads[rank], rank))
+        loads[owners[i]] += sizes[i]
+    return owners
+
+
+def _ownership_rules_differ(sizes):
+    """Greedy in the given order gives another assignment than round-robin, or than greedy over the sizes sorted
+    (largest first, or smallest first), on 2 ranks and on 3: a test on these sizes tells the rules apart."""
+    for world_size in (2, 3):
+        greedy = _greedy_owners(sizes, world_size)
+        others = [[i % world_size for i in range(len(sizes))],
+                  _greedy_owners(sizes, world_size, sorted(range(len(sizes)), key=lambda i: -sizes[i])),
+                  _greedy_owners(sizes, world_size, sorted(range(len(sizes)), key=lambda i: sizes[i]))]
+        if greedy in others:
+            return False
+    return True
+
+
+sized_cases = st.fixed_dictionaries({
+    "model": st.just("sizes"), "sizes": st.lists(st.integers(1, 24), min_size=4, max_size=7).filter(
+        _ownership_rules_differ), "optimizer": st.sampled_from(["AdamW", "SGD"]), "lr": st.sampled_from([0.01, 0.1]),
+    "groups": st.booleans(), "steps": st.integers(1, 2), "halve_at": st.just(-1), "rows": st.integers(1, 2),
+    "seed": st.integers(0, 10**4)})
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_optimizer_keeps_the_state_of_its_own_parameters_only(world_size):
-    got = run("ex08", _optimizer_driver, STATE_CASES, world_size=world_size, timeout=TIMEOUT)
-    for index, case in enumerate(STATE_CASES):
+@settings(max_examples=1)
+@given(cases=st.lists(st.one_of(sized_cases, optimizer_cases), min_size=1, max_size=3))
+@example(cases=STATE_CASES)
+def test_sharded_optimizer_keeps_the_state_of_its_own_parameters_only(world_size, cases):
+    got = run("ex08", _optimizer_driver, cases, world_size=world_size, timeout=TIMEOUT)
+    for index, case in enumerate(cases):
         want = _optimizer_reference(case, world_size)
         where = _describe_optimizer(case, world_size)
         holders = [[rank for rank in range(world_size) if got[rank][index]["state"][i]] for i in
                    range(len(want["state"]))]
+        sizes = [p.numel() for p in _optimizer_model(case).parameters()]  # the groups keep this order
+        owners = _greedy_owners(sizes, world_size)
         for i, ranks in enumerate(holders):
+            if not want["state"][i]:
+                continue  # torch keeps no state for it (SGD's momentum of a parameter that never stepped)
             assert len(ranks) == 1, (
                 f"{where}: parameter {i}'s optimizer state should live on exactly one rank, its owner's (each rank "
                 f"builds the inner optimizer over its own parameters only; a tied weight is one parameter, owned "
                 f"once); it is on ranks {ranks}")
+            assert ranks == [owners[i]], (
+                f"{where}: the parameters' sizes are {sizes}; assigned greedily in the order they arrive, each to the "
+                f"rank that owns the fewest elements so far (the lowest rank on a tie), they belong to ranks "
+                f"{owners}: parameter {i} to rank {owners[i]}, but its optimizer state is on rank {ranks[0]} (not "
+                f"round-robin, not sorted by size)")
             mine = got[ranks[0]][index]["state"][i]
             assert mine == want["state"][i], (
                 f"{where}: parameter {i}'s state on its owner, rank {ranks[0]}, holds {mine} elements; torch.optim."
@@ -464,63 +551,6 @@ def _round_trip(value):
     return torch.load(buffer, weights_only=True)
 
 
-def _resume_driver(rank, world_size, module, cases, torch_states):
-    """Per case: train case["save_at"] steps, save the model and optimizer.state_dict() (through torch.save and
-    torch.load), build a FRESH model (another seed) and ShardedOptimizer, load both, train the remaining steps;
-    again from torch's own optimizer's state dict at the same step (`torch_states`, computed in the test)."""
-    import copy
-
-    _switch_off_shortcuts(module)
-    out = []
-    for case, torch_state in zip(cases, torch_states):
-        model = _optimizer_model(case)
-        optimizer = module.ShardedOptimizer(_optimizer_params(model, case), getattr(torch.optim, case["optimizer"]),
-                                            **_optimizer_kwargs(case))
-        for step in range(case["save_at"]):
-            _optimizer_step(model, optimizer, case, step, rank, world_size)
-        saved_model = _round_trip(model.state_dict())
-        saved = _round_trip(optimizer.state_dict())
-        finals = []
-        for optimizer_state in (saved, torch_state):
-            fresh = _optimizer_model({**case, "seed": case["seed"] + 1})  # other weights: loading must set them
-            fresh.load_state_dict(saved_model)
-            resumed = module.ShardedOptimizer(_optimizer_params(fresh, case),
-                                              getattr(torch.optim, case["optimizer"]), **_optimizer_kwargs(case))
-            resumed.load_state_dict(copy.deepcopy(optimizer_state))  # torch's load_state_dict keeps its tensors
-            for step in range(case["save_at"], case["steps"]):
-                _optimizer_step(fresh, resumed, case, step, rank, world_size)
-            finals.append([p.detach().clone() for p in fresh.parameters()])
-        out.append({"saved": saved, "resumed": finals[0], "from_torch": finals[1]})
-    return out
-
-
-def _optimizer_step(model, optimizer, case, step, rank, world_size):
-    """One step as _optimizer_driver takes it: lr halved at halve_at, the gradients averaged by an all-reduce."""
-    if step == case["halve_at"]:
-        for group in optimizer.param_groups:
-            group["lr"] *= 0.5
-    optimizer.zero_grad()
-    _optimizer_loss(model, case, step, rank).backward()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
-        p.grad /= world_size
-    optimizer.step()
-
-
-def _torch_run(case, world_size):
-    """torch's optimizer in this process, uninterrupted: its state_dict after save_at steps, its final parameters."""
-    import copy
-
-    saved = {}
-
-    def save(step, optimizer):
-        if step == case["save_at"]:
-            saved["state_dict"] = copy.deepcopy(optimizer.state_dict())
-
-    params, _ = _torch_steps(case, world_size, save)
-    return saved.get("state_dict"), [p.detach() for p in params]
-
-
 def _check_state_dict(mine, want, where):
     """A state dict against torch's own: the same groups (hyperparameters and indices) and the same state."""
     assert isinstance(mine, dict) and set(mine) >= {"state", "param_groups"}, (
@@ -544,46 +574,281 @@ def _check_state_dict(mine, want, where):
         assert sorted(state) == sorted(theirs), (
             f"{where}: the state of parameter {index} should have the keys {sorted(theirs)}, got {sorted(state)}")
         for key, value in theirs.items():
-            torch.testing.assert_close(state[key], value, rtol=1e-5, atol=1e-6, msg=lambda m: (
+            # Exactly: the same averaged gradients, stepped per tensor as torch's optimizer steps them.
+            torch.testing.assert_close(state[key], value, rtol=0, atol=0, msg=lambda m: (
                 f"{where}: state[{index}][{key!r}] differs from torch's optimizer's after the same steps\n{m}"))
 
 
-resume_cases = st.fixed_dictionaries({
-    "model": st.sampled_from(["mlp", "tied"]), "optimizer": st.sampled_from(["AdamW", "SGD"]),
-    "lr": st.sampled_from([0.01, 0.05, 0.1]), "groups": st.booleans(), "steps": st.integers(2, 4),
-    "save_at": st.integers(1, 3), "halve_at": st.integers(-1, 3), "rows": st.integers(1, 3),
+# The optimizer's contract beyond lr: a schedule per case. Before each step, maybe a group added (add_param_group)
+# and some hyperparameters of some group set to new values (every one AdamW or SGD has, not only lr); each step with
+# or without a closure; a checkpoint (state_dict) at a drawn step, resumed by a fresh model and optimizer.
+HYPERPARAMETERS = {"AdamW": {"lr": [0.002, 0.02, 0.1], "weight_decay": [0.0, 0.01, 0.3],
+                             "betas": [(0.9, 0.999), (0.8, 0.99), (0.5, 0.9)], "eps": [1e-8, 1e-6, 1e-3]},
+                   "SGD": {"lr": [0.01, 0.05, 0.2], "weight_decay": [0.0, 0.01, 0.3], "momentum": [0.0, 0.5, 0.9],
+                           "dampening": [0.0, 0.1, 0.5]}}
+
+
+def _contract_groups(params, case):
+    """The groups the optimizer is built with, and the group added later ({"params": [the last parameter], ...},
+    with its own lr and weight decay) or None when the case adds none."""
+    adds = 0 <= case["add_at"] < case["steps"]
+    kept = params[:-1] if adds else params
+    groups = [{"params": kept[:1], "lr": case["lr"] * 0.5}, {"params": kept[1:]}] if case["groups"] else kept
+    added = {"params": params[-1:], "lr": case["lr"] * 2, "weight_decay": 0.02} if adds else None
+    return groups, added
+
+
+def _contract_before_step(optimizer, case, step, added):
+    """The schedule before `step`: the group added at add_at; the drawn hyperparameters set (through param_groups)."""
+    if step == case["add_at"] and added is not None:
+        optimizer.add_param_group(dict(added))
+    options = HYPERPARAMETERS[case["optimizer"]]
+    for key, value, group in case["changes"][step]:
+        key = sorted(options)[key % len(options)]
+        optimizer.param_groups[group % len(optimizer.param_groups)][key] = options[key][value]
+
+
+def _describe_schedule(case):
+    options = HYPERPARAMETERS[case["optimizer"]]
+    said = []
+    for step in range(case["steps"]):
+        parts = []
+        if step == case["add_at"]:
+            parts.append("add_param_group(the last parameter, lr x2, weight_decay=0.02)")
+        for key, value, group in case["changes"][step]:
+            key = sorted(options)[key % len(options)]
+            parts.append(f"param_groups[{group} % len][{key!r}] = {options[key][value]!r}")
+        if step == case["save_at"]:
+            parts.append("state_dict() saved (and resumed from)")
+        parts.append("step(closure)" if case["closures"][step] else "step()")
+        said.append(f"step {step}: " + ", ".join(parts))
+    return "; ".join(said)
+
+
+def _average_in_rank_order(params, world_size):
+    """The mean of the ranks' gradients, summed in rank order (as the reference sums them): bitwise reproducible."""
+    for p in params:
+        chunks = [torch.empty_like(p.grad) for _ in range(world_size)]
+        dist.all_gather(chunks, p.grad.contiguous())
+        total = torch.zeros_like(p.grad)
+        for chunk in chunks:
+            total += chunk
+        p.grad = total / world_size
+
+
+def _contract_steps(model, optimizer, added, case, start, stop, rank, world_size, calls, resumed=False):
+    """Steps start .. stop - 1 of the schedule; each step's closure record appended to `calls`:
+    [step, grad enabled inside the closure (None: no closure or never called), step() returned what it should].
+    `resumed`: the checkpoint was saved after the schedule's changes before step `start`: they are not made again
+    (the loaded state must carry them)."""
+    params = list(model.parameters())
+    for step in range(start, stop):
+        if not (resumed and step == start):
+            _contract_before_step(optimizer, case, step, added)
+        if case["closures"][step]:
+            seen = {}
+
+            def closure():
+                seen["enabled"] = torch.is_grad_enabled()
+                with torch.enable_grad():  # the run goes on either way; the test reports it
+                    model.zero_grad(set_to_none=True)
+                    loss = _optimizer_loss(model, case, step, rank)
+                    loss.backward()
+                    _average_in_rank_order(params, world_size)
+                seen["loss"] = loss
+                return loss
+
+            returned = optimizer.step(closure)
+            loss = seen.get("loss")
+            calls.append([step, seen.get("enabled"), loss is not None and (returned is loss or (
+                isinstance(returned, torch.Tensor) and torch.equal(returned, loss)))])
+        else:
+            model.zero_grad(set_to_none=True)
+            _optimizer_loss(model, case, step, rank).backward()
+            _average_in_rank_order(params, world_size)
+            calls.append([step, None, optimizer.step() is None])
+
+
+def _contract_driver(rank, world_size, module, cases, torch_states):
+    """Per case: the schedule uninterrupted, saving the model and optimizer.state_dict() (through torch.save and
+    torch.load) before step save_at; then a FRESH model (another seed) and ShardedOptimizer (with the group added
+    before the save, if any) loading them and taking the remaining steps; again from torch's optimizer's state dict
+    at the same step (`torch_states`, computed in the test)."""
+    import copy
+
+    _switch_off_shortcuts(module)
+    out = []
+    for case, torch_state in zip(cases, torch_states):
+        cls, kwargs = getattr(torch.optim, case["optimizer"]), _optimizer_kwargs(case)
+        model = _optimizer_model(case)
+        params = list(model.parameters())
+        groups, added = _contract_groups(params, case)
+        optimizer = module.ShardedOptimizer(groups, cls, **kwargs)
+        calls = []
+        _contract_steps(model, optimizer, added, case, 0, case["save_at"], rank, world_size, calls)
+        _contract_before_step(optimizer, case, case["save_at"], added)  # as a scheduler changes lr after a step
+        saved_model = _round_trip(model.state_dict())
+        returned = optimizer.state_dict()
+        saved, kept = _round_trip(returned), _round_trip(returned)
+        _contract_steps(model, optimizer, added, case, case["save_at"], case["steps"], rank, world_size, calls, True)
+        changed = sorted(f"state[{index}][{key!r}]" for index, state in kept.get("state", {}).items()
+                         for key, value in state.items() if isinstance(value, torch.Tensor)
+                         and not torch.equal(value, returned["state"][index][key]))
+        inner = getattr(optimizer, "optimizer", None)
+        states = [optimizer.state] + ([inner.state] if isinstance(inner, torch.optim.Optimizer)
+                                      and inner.state is not optimizer.state else [])
+        finals = []
+        for optimizer_state in (saved, torch_state):
+            fresh = _optimizer_model({**case, "seed": case["seed"] + 1})  # other weights: loading must set them
+            fresh.load_state_dict(saved_model)
+            groups, added = _contract_groups(list(fresh.parameters()), case)
+            resumed = module.ShardedOptimizer(groups, cls, **kwargs)
+            if added is not None and case["add_at"] <= case["save_at"]:
+                resumed.add_param_group(dict(added))
+            resumed.load_state_dict(copy.deepcopy(optimizer_state))  # torch's load_state_dict keeps its tensors
+            _contract_steps(fresh, resumed, added, case, case["save_at"], case["steps"], rank, world_size, [], True)
+            finals.append([p.detach().clone() for p in fresh.parameters()])
+        out.append({"final": [p.detach().clone() for p in params], "saved": saved, "resumed": finals[0],
+                    "from_torch": finals[1], "calls": calls, "changed": changed,
+                    "groups": [{key: group.get(key) for key in ["lr", *HYPERPARAMETERS[case["optimizer"]]]}
+                               for group in optimizer.param_groups],
+                    "state": [_state_elements(states, p) for p in params]})
+    return out
+
+
+def _contract_reference(case, world_size):
+    """torch's optimizer in this process on the same schedule, each step with the mean of every rank's gradients
+    (summed in rank order): its state_dict before step save_at, its final parameters, its groups, its state."""
+    import copy
+
+    model = _optimizer_model(case)
+    params = list(model.parameters())
+    groups, added = _contract_groups(params, case)
+    optimizer = getattr(torch.optim, case["optimizer"])(groups, **_optimizer_kwargs(case))
+    saved = None
+    for step in range(case["steps"]):
+        _contract_before_step(optimizer, case, step, added)
+        if step == case["save_at"]:
+            saved = copy.deepcopy(optimizer.state_dict())
+        total = [torch.zeros_like(p) for p in params]
+        for rank in range(world_size):
+            model.zero_grad(set_to_none=True)
+            _optimizer_loss(model, case, step, rank).backward()
+            for t, p in zip(total, params):
+                t += p.grad
+        for t, p in zip(total, params):
+            p.grad = t / world_size
+        optimizer.step()
+    return {"saved": saved, "final": [p.detach() for p in params],
+            "groups": [{key: group.get(key) for key in ["lr", *HYPERPARAMETERS[case["optimizer"]]]}
+                       for group in optimizer.param_groups],
+            "state": [_state_elements([optimizer.state], p) for p in params]}
+
+
+# Per step: 0 to 2 hyperparameters set, each (key, value, group) drawn as indices; a closure or not.
+schedule_changes = st.lists(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), st.integers(0, 2)), max_size=2),
+                            min_size=4, max_size=4)
+schedule_closures = st.lists(st.booleans(), min_size=4, max_size=4)
+contract_cases = st.fixed_dictionaries({
+    "model": st.sampled_from(["mlp", "tied", "sizes"]), "sizes": st.lists(st.integers(1, 24), min_size=4, max_size=6),
+    "optimizer": st.sampled_from(["AdamW", "SGD"]), "lr": st.sampled_from([0.01, 0.05, 0.1]), "groups": st.booleans(),
+    "steps": st.integers(2, 4), "save_at": st.integers(1, 3), "add_at": st.integers(-1, 3),
+    "changes": schedule_changes, "closures": schedule_closures, "rows": st.integers(1, 3),
     "seed": st.integers(0, 10**4)}).map(lambda case: {**case, "save_at": min(case["save_at"], case["steps"] - 1)})
-# Always run: AdamW on the tied model with the lr halved before the save; SGD with momentum on two groups, the lr
-# halved after it.
-RESUME_CASES = [{"model": "tied", "optimizer": "AdamW", "lr": 0.05, "groups": False, "steps": 3, "save_at": 2,
-                 "halve_at": 1, "rows": 2, "seed": 7},
-                {"model": "mlp", "optimizer": "SGD", "lr": 0.1, "groups": True, "steps": 3, "save_at": 1,
-                 "halve_at": 2, "rows": 1, "seed": 8}]
+# Always run: AdamW on the tied model, every hyperparameter changed, a group added before the save, closures on
+# both sides of it; SGD on two groups, momentum and dampening changed, a group added after the save.
+CONTRACT_CASES = [
+    {"model": "tied", "sizes": [], "optimizer": "AdamW", "lr": 0.05, "groups": False, "steps": 4, "save_at": 2,
+     "add_at": 1, "changes": [[(1, 1, 0)], [(0, 2, 0), (2, 0, 1)], [(3, 2, 1), (2, 1, 0)], [(1, 2, 0)]],
+     "closures": [True, False, True, True], "rows": 2, "seed": 7},
+    {"model": "mlp", "sizes": [], "optimizer": "SGD", "lr": 0.1, "groups": True, "steps": 4, "save_at": 1,
+     "add_at": 2, "changes": [[], [(2, 1, 1), (0, 2, 0)], [(3, 0, 2)], [(1, 0, 1), (2, 2, 0)]],
+     "closures": [False, True, True, False], "rows": 1, "seed": 8},
+    {"model": "sizes", "sizes": [3, 12, 2, 5, 4], "optimizer": "AdamW", "lr": 0.1, "groups": True, "steps": 3,
+     "save_at": 1, "add_at": -1, "changes": [[(2, 0, 0)], [(3, 1, 1)], [(0, 0, 0)], []],
+     "closures": [True, True, False, False], "rows": 3, "seed": 9}]
+
+
+def _contract_runs(world_size, cases):
+    want = [_contract_reference(case, world_size) for case in cases]
+    got = run("ex08", _contract_driver, cases, [w["saved"] for w in want], world_size=world_size, timeout=TIMEOUT)
+    return want, got
+
+
+@pytest.mark.points(3)
+@pytest.mark.parametrize("world_size", [2, 3])
+@settings(max_examples=1)
+@given(cases=st.lists(contract_cases, min_size=1, max_size=3))
+@example(cases=CONTRACT_CASES)
+def test_sharded_optimizer_follows_schedules_groups_and_closures(world_size, cases):
+    want, got = _contract_runs(world_size, cases)
+    for index, (case, reference) in enumerate(zip(cases, want)):
+        for rank in range(world_size):
+            result = got[rank][index]
+            where = (f"{_describe_optimizer(case, world_size)}, rank {rank}, schedule: {_describe_schedule(case)}")
+            for step, enabled, returned in result["calls"]:
+                if case["closures"][step]:
+                    assert enabled is True, (
+                        f"{where}: step(closure) at step {step} should call the closure under torch.enable_grad() "
+                        f"(its backward needs grad mode, and torch.optim's step runs under no_grad); "
+                        + ("it never called it" if enabled is None else "grad mode was off inside it"))
+                    assert returned, f"{where}: step(closure) at step {step} should return the closure's loss"
+                else:
+                    assert returned, f"{where}: step() without a closure should return None, at step {step}"
+            # A key a group never held (a default of the inner optimizer's that nobody set) may stay out of it.
+            held = [{key: value for key, value in group.items() if value is not None} for group in result["groups"]]
+            expected = [{key: theirs[key] for key in group} for group, theirs in zip(held, reference["groups"])]
+            assert len(held) == len(reference["groups"]) and held == expected, (
+                f"{where}: optimizer.param_groups' hyperparameters after the schedule should be torch's, "
+                f"{reference['groups']}; got {result['groups']} (every group, the added one included)")
+            for i, (mine, theirs) in enumerate(zip(result["final"], reference["final"])):
+                # Bitwise: each rank steps its own parameters exactly as torch's optimizer steps each parameter
+                # (per tensor, in float32 on the CPU), with the same averaged gradients (summed in rank order).
+                assert torch.equal(mine, theirs), (
+                    f"{where}: parameter {i} differs from torch.optim.{case['optimizer']} on one process that "
+                    f"followed the same schedule with the ranks' mean gradients (copy EVERY hyperparameter of each "
+                    f"group into the inner optimizer before its step; a group added later is assigned owners and "
+                    f"added to the inner optimizer; the closure's gradients are the ones stepped): largest "
+                    f"difference {(mine - theirs).abs().max().item():.3g}")
+        sizes = [p.numel() for p in _optimizer_model(case).parameters()]  # the groups, then the added one
+        owners = _greedy_owners(sizes, world_size)
+        for i, size in enumerate(sizes):
+            if reference["state"][i]:
+                holders = [rank for rank in range(world_size) if got[rank][index]["state"][i]]
+                assert holders == [owners[i]], (
+                    f"{_describe_optimizer(case, world_size)}, schedule: {_describe_schedule(case)}: sizes {sizes} "
+                    f"assigned greedily in order (the added group's too, after the others) belong to ranks {owners}; "
+                    f"parameter {i}'s optimizer state is on ranks {holders}")
 
 
 @pytest.mark.points(2)
 @pytest.mark.parametrize("world_size", [2, 3])
 @settings(max_examples=1)
-@given(cases=st.lists(resume_cases, min_size=1, max_size=2))
-@example(cases=RESUME_CASES)
+@given(cases=st.lists(contract_cases, min_size=1, max_size=2))
+@example(cases=CONTRACT_CASES)
 def test_sharded_optimizer_state_dict_resumes_like_torchs(world_size, cases):
-    runs = [_torch_run(case, world_size) for case in cases]
-    got = run("ex08", _resume_driver, cases, [saved for saved, _ in runs], world_size=world_size, timeout=TIMEOUT)
-    for index, (case, (torch_state, final)) in enumerate(zip(cases, runs)):
+    want, got = _contract_runs(world_size, cases)
+    for index, (case, reference) in enumerate(zip(cases, want)):
         for rank in range(world_size):
             result = got[rank][index]
-            where = (f"{_describe_optimizer(case, world_size)}, rank {rank}, state_dict() after "
-                     f"{case['save_at']} step(s)")
-            _check_state_dict(result["saved"], torch_state, where)
+            where = (f"{_describe_optimizer(case, world_size)}, rank {rank}, schedule: {_describe_schedule(case)}; "
+                     f"state_dict() after {case['save_at']} step(s) and the schedule's changes before the next")
+            _check_state_dict(result["saved"], reference["saved"], where)
+            assert not result["changed"], (
+                f"{where}: state_dict() should return copies of the state's tensors (a checkpoint); the steps after "
+                f"it changed {result['changed']} in the dict it returned")
             for what, params in (("its own state_dict()", result["resumed"]),
                                  ("torch's optimizer's state_dict()", result["from_torch"])):
-                for i, (mine, theirs) in enumerate(zip(params, final)):
-                    torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6, msg=lambda m: (
+                for i, (mine, uninterrupted, theirs) in enumerate(zip(params, result["final"], reference["final"])):
+                    # Bitwise: a checkpoint holds the state exactly, and the steps after it are the same steps.
+                    assert torch.equal(mine, theirs) and torch.equal(mine, uninterrupted), (
                         f"{where}: a fresh model and ShardedOptimizer that loaded the saved model and {what} (through "
                         f"torch.save and torch.load) and took the remaining {case['steps'] - case['save_at']} "
-                        f"step(s) should end where one torch optimizer that never stopped ends; parameter {i} "
-                        f"differs (load_state_dict: every group's hyperparameters, and this rank's own parameters' "
-                        f"state into the inner optimizer)\n{m}"))
+                        f"step(s) should end EXACTLY where this run and one torch optimizer that never stopped end; "
+                        f"parameter {i} differs by up to {(mine - theirs).abs().max().item():.3g} from torch's and "
+                        f"{(mine - uninterrupted).abs().max().item():.3g} from this run's (load_state_dict: every "
+                        f"group's hyperparameters, every one of them, and this rank's own parameters' state into the "
+                        f"inner optimizer)")
 
 
 # ---------------------------------------------------------------- MiniFSDP
@@ -597,6 +862,9 @@ def _fsdp_model(case):
         layers.append(nn.Embedding(case["vocab"], dims[0]))
     for i, (a, b) in enumerate(zip(dims, dims[1:])):
         layers.append(nn.Linear(a, b, bias=case["bias"]))
+        if i == 0 and case.get("twice"):  # one square layer called twice in each forward (the same module object)
+            square = nn.Linear(b, b, bias=case["bias"])
+            layers += [nn.Tanh(), square, nn.Tanh(), square]
         if i < len(dims) - 2:
             if case["norm"]:
                 layers.append(nn.LayerNorm(b))
@@ -604,9 +872,10 @@ def _fsdp_model(case):
     return nn.Sequential(*layers)
 
 
-def _fsdp_batch(case, step, world_size):
-    """The global batch of one step: inputs and targets of world_size x rows rows; rank r takes its block of rows."""
-    generator = torch.Generator().manual_seed(1000 * case["seed"] + step)
+def _fsdp_batch(case, step, world_size, micro=0):
+    """The global batch of one step's micro-batch: inputs and targets of world_size x rows rows; rank r takes its
+    block of rows."""
+    generator = torch.Generator().manual_seed(1000 * case["seed"] + step + 100 * micro)
     rows = world_size * case["rows"]
     if case["embed"]:
         x = torch.randint(0, case["vocab"], (rows, 2), generator=generator)
@@ -672,29 +941,38 @@ def _fsdp_driver(rank, world_size, module, cases, compute_dtype, scan=False):
                 info = {"module": getattr(fsdp, "module", None) is model, "steps": []}
                 mine = slice(rank * case["rows"], (rank + 1) * case["rows"])
                 for step in range(case["steps"]):
-                    x, y = _fsdp_batch(case, step, world_size)
                     optimizer.zero_grad()
-                    start = len(log.events)
-                    output = fsdp(x[mine])
-                    forward = len(log.events)
-                    own = {id(p) for p in params}
-                    kept = [f"{type(sub).__name__}.{name} {list(value.shape)}" for sub in model.modules()
-                            for name, value in list(vars(sub).items()) + list(sub._parameters.items())
-                            + list(sub._buffers.items())
-                            if isinstance(value, torch.Tensor) and id(value) not in own
-                            and tuple(value.shape) in full_shapes]
-                    loss = F.mse_loss(output, y[mine])
-                    loss.backward()
-                    backward = len(log.events)
-                    fsdp.finish_gradient_synchronization()
-                    record = {"output": output.detach().clone(), "output_dtype": str(output.dtype), "kept": kept,
-                              "forward": [e[:3] for e in log.events[start:forward]],
-                              "in_backward": [e[:3] for e in log.events[forward:backward]],
-                              "backward": [e[:3] for e in log.events[forward:]],
-                              "grads": [[list(p.shape), str(p.dtype),
-                                         None if p.grad is None else [list(p.grad.shape), str(p.grad.dtype)]]
-                                        for p in params]}
-                    del output, loss
+                    # micro-batches: a backward each, accumulated; finish_gradient_synchronization() after each one
+                    # (sync_each) or once after the last; the record's collectives are the first micro-batch's
+                    outputs, micro = [], case.get("micro", 1)
+                    for m in range(micro):
+                        x, y = _fsdp_batch(case, step, world_size, m)
+                        start = len(log.events)
+                        output = fsdp(x[mine])
+                        forward = len(log.events)
+                        own = {id(p) for p in params}
+                        kept = [f"{type(sub).__name__}.{name} {list(value.shape)}" for sub in model.modules()
+                                for name, value in list(vars(sub).items()) + list(sub._parameters.items())
+                                + list(sub._buffers.items())
+                                if isinstance(value, torch.Tensor) and id(value) not in own
+                                and tuple(value.shape) in full_shapes]
+                        loss = F.mse_loss(output, y[mine])
+                        loss.backward()
+                        backward = len(log.events)
+                        outputs.append(output.detach().clone())
+                        if m == 0:
+                            record = {"output_dtype": str(output.dtype), "kept": kept,
+                                      "forward": [e[:3] for e in log.events[start:forward]],
+                                      "in_backward": [e[:3] for e in log.events[forward:backward]]}
+                            first = forward
+                        if case.get("sync_each") or m == micro - 1:
+                            fsdp.finish_gradient_synchronization()
+                            record.setdefault("backward", [e[:3] for e in log.events[first:]])
+                        del output, loss
+                    record["output"] = torch.cat(outputs)
+                    record["grads"] = [[list(p.shape), str(p.dtype),
+                                        None if p.grad is None else [list(p.grad.shape), str(p.grad.dtype)]]
+                                       for p in params]
                     optimizer.step()
                     if scan and step == case["steps"] - 1:
                         excluded = _tensor_ids([params, [p.grad for p in params], x, y, record, info, out], set())
@@ -731,11 +1009,13 @@ def _fsdp_reference(case, world_size, compute_dtype):
     optimizer = torch.optim.SGD(model.parameters(), lr=case["lr"])
     outputs = []
     for step in range(case["steps"]):
-        x, y = _fsdp_batch(case, step, world_size)
         optimizer.zero_grad()
-        output = _reference_forward(model, x, dtype)
-        outputs.append(output.detach())
-        F.mse_loss(output, y).backward()
+        outputs.append([])
+        for micro in range(case.get("micro", 1)):  # the micro-batches' gradients add up
+            x, y = _fsdp_batch(case, step, world_size, micro)
+            output = _reference_forward(model, x, dtype)
+            outputs[-1].append(output.detach())
+            F.mse_loss(output, y).backward()
         optimizer.step()
     return outputs, {name: p.detach() for name, p in model.named_parameters()}
 
@@ -743,22 +1023,33 @@ def _fsdp_reference(case, world_size, compute_dtype):
 def _describe_fsdp(case, world_size, compute_dtype=None):
     model = _fsdp_model(case)
     layers = ", ".join(repr(layer) for layer in model)
-    return (f"MiniFSDP(nn.Sequential({layers}){f', compute_dtype=torch.{compute_dtype}' if compute_dtype else ''}), "
-            f"{case['rows']} row(s) per rank, {case['steps']} SGD step(s) at lr={case['lr']}, {world_size} ranks")
+    micro = case.get("micro", 1)
+    accumulate = "" if micro == 1 else (
+        f" of {micro} micro-batches each (a backward per micro-batch, the gradients accumulated, "
+        + ("finish_gradient_synchronization() after each backward)" if case.get("sync_each") else
+           "one finish_gradient_synchronization() after the last backward)"))
+    twice = " (the same nn.Linear listed twice: called twice in each forward)" if case.get("twice") else ""
+    return (f"MiniFSDP(nn.Sequential({layers}){f', compute_dtype=torch.{compute_dtype}' if compute_dtype else ''})"
+            f"{twice}, {case['rows']} row(s) per rank, {case['steps']} SGD step(s){accumulate} at lr={case['lr']}, "
+            f"{world_size} ranks")
 
 
 fsdp_cases = st.fixed_dictionaries({
     "embed": st.booleans(), "vocab": st.integers(2, 9), "dims": st.lists(st.integers(1, 6), min_size=2, max_size=4),
     "bias": st.booleans(), "norm": st.booleans(), "rows": st.integers(1, 3), "steps": st.integers(1, 3),
-    "lr": st.sampled_from([0.05, 0.1, 0.3]), "seed": st.integers(0, 10**4)})
+    "lr": st.sampled_from([0.05, 0.1, 0.3]), "seed": st.integers(0, 10**4), "twice": st.booleans(),
+    "micro": st.integers(1, 2), "sync_each": st.booleans()})
 # Always run: an embedding of 7 rows (not divisible by 2 or 3) before two linears with a LayerNorm between them; a
-# single linear without bias; rows the world size divides.
+# single linear without bias; rows the world size divides; a layer called twice per forward, two backwards before
+# one synchronisation.
 FSDP_CASES = [{"embed": True, "vocab": 7, "dims": [4, 5, 3], "bias": True, "norm": True, "rows": 2, "steps": 3,
                "lr": 0.1, "seed": 1},
               {"embed": False, "vocab": 2, "dims": [3, 5], "bias": False, "norm": False, "rows": 1, "steps": 2,
                "lr": 0.3, "seed": 2},
               {"embed": False, "vocab": 2, "dims": [6, 6, 4, 2], "bias": True, "norm": False, "rows": 3, "steps": 2,
-               "lr": 0.05, "seed": 3}]
+               "lr": 0.05, "seed": 3},
+              {"embed": False, "vocab": 2, "dims": [3, 5, 2], "bias": True, "norm": False, "rows": 2, "steps": 2,
+               "lr": 0.1, "seed": 10, "twice": True, "micro": 2, "sync_each": False}]
 
 
 def _check_fsdp_numbers(got, cases, world_size, compute_dtype, tolerances):
@@ -776,7 +1067,8 @@ def _check_fsdp_numbers(got, cases, world_size, compute_dtype, tolerances):
                     f"{where}, step {step}: the output should be float32 (a sharded layer's output cast back), got "
                     f"{record['output_dtype']}")
                 tolerance = tolerances["first" if step == 0 else "later"]
-                torch.testing.assert_close(record["output"], outputs[step][mine], **tolerance, msg=lambda m: (
+                want = torch.cat([output[mine] for output in outputs[step]])  # each micro-batch's, one after another
+                torch.testing.assert_close(record["output"], want, **tolerance, msg=lambda m: (
                     f"{where}, step {step}: this rank's output differs from one process's on the same rows"
                     + (f" computing the linear and embedding layers in {compute_dtype}" if compute_dtype else "")
                     + f"\n{m}"))
@@ -795,7 +1087,9 @@ def _check_fsdp_numbers(got, cases, world_size, compute_dtype, tolerances):
                 torch.testing.assert_close(full, want, **tolerances["params"], msg=lambda m: (
                     f"{where}: {name} after training differs from one process training on the whole batch (the mean "
                     f"loss over the ranks' rows: reduce-scatter each sharded gradient and all-reduce the replicated "
-                    f"ones, both divided by the world size)\n{m}"))
+                    f"ones, both divided by the world size; ADD each reduced shard gradient to the shard's .grad: a "
+                    f"layer called twice, or two backwards before one finish_gradient_synchronization(), gives "
+                    f"several)\n{m}"))
 
 
 @pytest.mark.points(3)
@@ -803,6 +1097,7 @@ def _check_fsdp_numbers(got, cases, world_size, compute_dtype, tolerances):
 @settings(max_examples=2)
 @given(cases=st.lists(fsdp_cases, min_size=1, max_size=3))
 @example(cases=FSDP_CASES)
+@example(cases=[{**FSDP_CASES[0], "twice": True, "micro": 2, "sync_each": True, "steps": 2}])
 def test_mini_fsdp_matches_one_process_on_the_whole_batch(world_size, cases):
     got = run("ex08", _fsdp_driver, cases, None, world_size=world_size, timeout=TIMEOUT)
     fp32 = {"rtol": 1e-5, "atol": 1e-6}
@@ -833,6 +1128,11 @@ def test_mini_fsdp_computes_in_bfloat16_with_float32_master_weights(world_size):
                 assert gathers and all(e[2] == "torch.bfloat16" for e in gathers), (
                     f"{where}: cast each shard to the compute dtype BEFORE all-gathering it (half the bytes travel): "
                     f"the forward's all-gathers were {_kinds(gathers) or 'none'}")
+                scatters = [e for e in record["backward"] if e[0] in SCATTERS]
+                assert scatters and all(e[2] == "torch.float32" for e in scatters), (
+                    f"{where}: reduce-scatter each full weight's gradient in float32 (cast the bf16 gradient to the "
+                    f"shard's dtype first: a sum of bf16 gradients over the ranks rounds at every add): the "
+                    f"reduce-scatters were {_kinds(scatters) or 'none'}")
                 for shape, dtype, grad in record["grads"]:
                     assert grad == [shape, "torch.float32"], (
                         f"{where}: every gradient should be float32, shaped like its parameter {shape} (the "
@@ -1024,7 +1324,7 @@ def _lifetime_driver(rank, world_size, module, cases, compute_dtype):
 wide_cases = st.fixed_dictionaries({
     "embed": st.booleans(), "vocab": st.integers(9, 16), "dims": st.lists(st.integers(6, 12), min_size=2, max_size=4),
     "bias": st.booleans(), "norm": st.booleans(), "rows": st.just(1), "steps": st.integers(1, 2),
-    "lr": st.sampled_from([0.05, 0.1]), "seed": st.integers(0, 10**4)})
+    "lr": st.sampled_from([0.05, 0.1]), "seed": st.integers(0, 10**4), "twice": st.booleans()})
 # Weights of at least 6 x 6 = 36 elements, activations of at most 1 row x 2 positions x 12 = 24: an embedding of 11
 # rows (not divisible by 2 or 3) before two linears; three linears with biases and LayerNorms.
 WIDE_CASES = [{"embed": True, "vocab": 11, "dims": [8, 12, 7], "bias": True, "norm": False, "rows": 1, "steps": 2,
@@ -1090,11 +1390,17 @@ def _order_driver(rank, world_size, module, cases):
                              f"{None if have is None else list(have.shape)}")
         full = fsdp.gather_full_params()
         storage = {name: [t.untyped_storage().nbytes(), t.numel() * t.element_size()] for name, t in full.items()}
+        live = {t.untyped_storage().data_ptr(): f"{name}'s" for name, t in fsdp.named_parameters()}
+        live.update({p.grad.untyped_storage().data_ptr(): f"{name}'s .grad" for name, p in fsdp.named_parameters()
+                     if p.grad is not None})
+        aliased = sorted(f"{name} (on {live[t.untyped_storage().data_ptr()]} storage)" for name, t in full.items()
+                         if t.untyped_storage().data_ptr() in live)
         kept = {name: t.clone() for name, t in full.items()}
         train(case["steps"])
+        train(case["steps"] + 1)  # a second step: a forward that refills a cached buffer sees the updated shards
         changed = sorted(name for name, t in full.items() if not torch.equal(t, kept[name]))
         out.append({"keys": keys, "same_params": ids[0] == ids[1], "moved": moved, "storage": storage,
-                    "changed": changed})
+                    "changed": changed, "aliased": aliased})
     return out
 
 
@@ -1139,9 +1445,12 @@ def test_mini_fsdp_gather_full_params_returns_compact_copies(world_size, cases):
                 f"{where} should return compact tensors (torch.save writes a tensor's whole storage); these keep "
                 f"a larger storage behind a view, [storage bytes, tensor bytes]: {padded} (clone the cut-off "
                 f"gather)")
+            assert not info["aliased"], (
+                f"{where} should return copies that share no memory with the live parameters or their gradients: "
+                f"{info['aliased']} share it")
             assert not info["changed"], (
-                f"{where} should return copies: a later training step changed {info['changed']} (they share "
-                f"memory with the live parameters)")
+                f"{where} should return copies: two later training steps changed {info['changed']} (they share "
+                f"memory with the live parameters, or with a buffer that a later forward fills)")
 
 
 # ---------------------------------------------------------------- MiniFSDP with a loss scaler

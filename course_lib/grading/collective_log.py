@@ -60,7 +60,9 @@ class CollectiveLog:
         for name in COLLECTIVES:
             original = getattr(ProcessGroup, name, None)
             if original is not None:
-                self._saved.append((ProcessGroup, name, original))
+                # Saved as the class holds it: pybind11 keeps a method in an `instancemethod` descriptor, and getattr
+                # on the class unwraps it to a plain builtin that no longer binds self once set back.
+                self._saved.append((ProcessGroup, name, ProcessGroup.__dict__.get(name)))
                 setattr(ProcessGroup, name, self._logged(name, original))
         return self
 
@@ -83,6 +85,9 @@ class CollectiveLog:
 
     def __exit__(self, *exc) -> bool:
         for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
+            if original is None:  # inherited: drop the patch, the base class's method shows again
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
         self._saved.clear()
         return False

@@ -12,6 +12,11 @@ back with `read_report`.
 Points: a test is *graded* when it carries points and ran here; a test skipped (for example one
 that needs more GPUs than this machine has) is *not graded*: it counts in neither the points
 earned nor the points possible.
+
+A test that failed on an untouched stub says so on its message's first line, "ex05: bucket_assignment is not
+implemented yet (hint: ...)" (`unwritten_message`, written by grading.runner); `unwritten` reads it back and
+`stub_groups` gathers the tests that stopped at the same stub, so that `check`'s table and the grader's
+feedback show each stub's hint once, not once per test.
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["TestOutcome", "Report", "read_report", "append_record", "exercise_of"]
+__all__ = ["TestOutcome", "Report", "read_report", "append_record", "exercise_of", "unwritten_message", "Unwritten",
+           "unwritten", "StubGroup", "stub_groups"]
 
 _TEST_FILE = re.compile(r"test_(ex\d+)")
 
@@ -120,3 +126,74 @@ def read_report(path: str | Path) -> Report | None:
         except (ValueError, TypeError, AttributeError):
             continue  # a line cut short when the judge was killed, or not ours
     return report
+
+
+# ------------------------------------------------------------------------------------------------ untouched stubs
+
+
+_UNWRITTEN = re.compile(r"^(?P<exercise>[^\s:]+): (?:(?P<function>\S+) is )?not implemented yet"
+                        r"(?: \(hint: (?P<hint>.*)\))?\s*$")
+
+
+def unwritten_message(exercise: str, function: str, hint: str) -> str:
+    """A test's message when it stopped at an untouched stub: 'ex05: f is not implemented yet (hint: ...)'."""
+    return f"{exercise}: " + (f"{function} is " if function else "") + "not implemented yet" + (
+        f" (hint: {hint})" if hint else "")
+
+
+@dataclass(frozen=True)
+class Unwritten:
+    """The untouched stub a test stopped at: its exercise, its function and the stub's hint."""
+
+    exercise: str
+    function: str  # '' in a message that does not name it
+    hint: str
+
+    @property
+    def message(self) -> str:
+        return unwritten_message(self.exercise, self.function, self.hint)
+
+    @property
+    def name(self) -> str:
+        """'ex05 · bucket_assignment'"""
+        return f"{self.exercise} · {self.function or '(a stub)'}"
+
+
+def unwritten(test: TestOutcome) -> Unwritten | None:
+    """The stub a failed test stopped at, or None: it failed some other way (or did not fail)."""
+    if test.outcome != "failed":
+        return None
+    lines = (test.message or "").strip().splitlines()
+    match = _UNWRITTEN.match(lines[0]) if lines else None
+    if match is None:
+        return None
+    return Unwritten(match["exercise"], match["function"] or "", match["hint"] or "")
+
+
+@dataclass
+class StubGroup:
+    """The tests that stopped at one untouched stub, in the order they ran."""
+
+    stub: Unwritten
+    tests: list[TestOutcome] = field(default_factory=list)
+
+    __test__ = False
+
+    @property
+    def possible(self) -> float:
+        return sum(t.possible for t in self.tests)
+
+    def counts(self) -> str:
+        """'3 tests, 6 points'"""
+        n, points = len(self.tests), self.possible
+        return f"{n} test{'' if n == 1 else 's'}, {points:g} point{'' if points == 1 else 's'}"
+
+
+def stub_groups(tests: list[TestOutcome]) -> list[StubGroup]:
+    """The failed tests that stopped at an untouched stub, one group per stub, in the order of their first test."""
+    groups: dict[Unwritten, StubGroup] = {}
+    for test in tests:
+        stub = unwritten(test)
+        if stub is not None:
+            groups.setdefault(stub, StubGroup(stub)).tests.append(test)
+    return list(groups.values())

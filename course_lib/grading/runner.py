@@ -11,7 +11,11 @@ The folder graded is `$COURSE_TARGET` (the pytest plugin sets it from `--target`
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib.util
+import json
+import linecache
 import os
 import sys
 from pathlib import Path
@@ -21,9 +25,14 @@ import cloudpickle
 
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
+from course_lib.grading.results import unwritten_message
 
-__all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exercise_path", "load_exercise_file", "exception_raised_by",
-           "confine_learner_code", "warm_up_confined_ranks"]
+__all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exercise_path", "load_exercise_file",
+           "exception_raised_by", "confine_learner_code", "warm_up_confined_ranks", "stub_hints", "STUB_HINTS"]
+
+# Every exercise's stub hints, {"ex05": [hint, ...]}: the text of each `raise NotImplementedError(hint)` that
+# `python3 course.py exercises` writes into the stubs (course_lib/instructor/exercises.py writes this file too).
+STUB_HINTS = Path(__file__).with_name("stub_hints.json")
 
 _confinement = None  # the grader's Confinement, set once by the pytest plugin (--confine); None for learners
 _memory_guard = None  # the judge's view of that student's memory limit (grading.memory_guard), if it has one
@@ -95,7 +104,8 @@ def exception_raised_by(function: Callable[..., Any], *args: Any, **kwargs: Any)
     """[the exception's class name, its message] that `function(*args)` raised, or ["returned", ""] (notebook 00).
 
     For tests of "bad input gets a clear error"; it runs in the child, next to the learner's code.
-    NotImplementedError is raised again, so an untouched stub reads as "not implemented yet".
+    NotImplementedError is raised again, never an answer: an untouched stub then reads as "not implemented yet"
+    (see `run`), and any other NotImplementedError fails the test with its traceback.
     """
     try:
         function(*args, **kwargs)
@@ -106,11 +116,85 @@ def exception_raised_by(function: Callable[..., Any], *args: Any, **kwargs: Any)
     return ["returned", ""]
 
 
-def _in_child(rank: int, world_size: int, path: str, driver: Callable, args: tuple, ranks: bool) -> Any:
+@functools.lru_cache(maxsize=None)
+def _all_stub_hints(path: str) -> dict[str, tuple[str, ...]]:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return {exercise: tuple(hints) for exercise, hints in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def stub_hints(exercise: str) -> tuple[str, ...] | None:
+    """The hints of `exercise`'s untouched stubs (STUB_HINTS), or None where they are not known."""
+    return _all_stub_hints(str(STUB_HINTS)).get(exercise)
+
+
+class StubReached(Exception):
+    """(in the child) An untouched stub raised its NotImplementedError; the message is JSON: function and hint."""
+
+
+def _is_a_stubs_raise(filename: str, line: int, message: str) -> bool:
+    """Whether the statement at `line` of `filename` is `raise NotImplementedError(<message as a literal>)` as a
+    stub has it: a statement of its function's own body (a stub may set things up before it), in no `if` or loop."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return False
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for statement in node.body:
+            if isinstance(statement, ast.Raise) and statement.lineno == line:
+                call = statement.exc
+                return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                        and call.func.id == "NotImplementedError" and not call.keywords and len(call.args) == 1
+                        and isinstance(call.args[0], ast.Constant) and call.args[0].value == message)
+    return False
+
+
+def stub_function(error: BaseException, path: str, hints: tuple[str, ...] | None) -> str | None:
+    """The function (its qualified name) whose untouched stub raised `error`, or None if `error` is anything else.
+
+    A stub's NotImplementedError is raised in the learner's file itself (not in torch or a library, which raise
+    NotImplementedError for an operation they lack), with one of the stub hints of the exercise as its message
+    (not a learner's own NotImplementedError in a half-written function). Where the hints are not known (an
+    exercise missing from stub_hints.json), the stub's shape tells: `raise NotImplementedError('...')` with that
+    very message, a statement of its function's own body (in no `if` or loop).
+    """
+    if type(error) is not NotImplementedError or len(error.args) != 1 or not isinstance(error.args[0], str):
+        return None
+    last = error.__traceback__
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    if last is None:
+        return None
+    code = last.tb_frame.f_code
+    try:
+        if not os.path.samefile(code.co_filename, path):
+            return None
+    except OSError:
+        return None
+    message = error.args[0]
+    if hints is not None and message not in hints:
+        return None
+    if hints is None and not _is_a_stubs_raise(code.co_filename, last.tb_lineno, message):
+        return None
+    return getattr(code, "co_qualname", code.co_name)
+
+
+def _in_child(rank: int, world_size: int, path: str, driver: Callable, args: tuple, ranks: bool,
+              hints: tuple[str, ...] | None = None) -> Any:
     module = load_exercise_file(path)
-    if ranks:
-        return driver(rank, world_size, module, *args)
-    return driver(module, *args)
+    try:
+        if ranks:
+            return driver(rank, world_size, module, *args)
+        return driver(module, *args)
+    except NotImplementedError as error:
+        function = stub_function(error, path, hints)
+        if function is None:
+            raise
+        raise StubReached(json.dumps({"function": function, "hint": error.args[0]})) from None
 
 
 def _call_function(module, function: str, *args):
@@ -125,9 +209,13 @@ def _explain(exercise: str, error: Exception) -> ExerciseFailed | ExerciseStoppe
     detail = error.detail if isinstance(error, RankFailed) else str(error)
     lines = [line for line in detail.strip().splitlines() if line.strip()]
     last = lines[-1] if lines else "failed"
-    if last.startswith("NotImplementedError"):
-        hint = last.partition(":")[2].strip()
-        return ExerciseStopped(f"{exercise}: not implemented yet" + (f" (hint: {hint})" if hint else ""))
+    stub, _, found = last.partition(": ")
+    if stub == f"{StubReached.__module__}.{StubReached.__qualname__}":
+        try:
+            found = json.loads(found)
+            return ExerciseStopped(unwritten_message(exercise, found["function"], found["hint"]))
+        except (ValueError, KeyError, TypeError):
+            pass
     ranks = isinstance(error, RankFailed) and error.world_size > 1
     where = f" in rank {error.rank} of {error.world_size}" if ranks else ""
     return ExerciseFailed(f"{exercise}{where}: {last}\n\n{detail.rstrip()}")
@@ -147,7 +235,8 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
     if module is not None and not module.__name__.startswith(("course_lib", "torch", "builtins")):
         cloudpickle.register_pickle_by_value(module)
     ranks = world_size is not None
-    job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks), backend="gloo",
+    job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks, stub_hints(exercise)),
+                  backend="gloo",
                   init_process_group=ranks, timeout=timeout, quiet=True, prefix_output=ranks, plain_results=True,
                   env={"COURSE_TARGET": os.path.dirname(path)}, confinement=_confinement)
     kills = _memory_guard.kills() if _memory_guard is not None else 0

@@ -14,18 +14,24 @@ and in exercises/exNN_topic.py it becomes
 
     python -m course_lib.exercises           write exercises/ from solutions/ (edited files are backed up first)
     python -m course_lib.exercises --check   exit 1 if exercises/ is out of date
+
+It also writes course_lib/grading/stub_hints.json, every stub's hint by exercise: the graded tests' runner
+tells an untouched stub's NotImplementedError (its message is one of these) from any other (notebook 00).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from course_lib.grading.runner import STUB_HINTS
 from course_lib.paths import EXERCISES, SOLUTIONS
+
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION(?::\s*(?P<hint>.*?))?\s*$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
 HEADER = (
@@ -68,12 +74,30 @@ def expected_stubs(solutions: Path = SOLUTIONS) -> dict[str, str]:
     return {p.name: make_stub(p.read_text(), p.stem) for p in sorted(solutions.glob("ex*.py"))}
 
 
+def stub_hints(solutions: Path = SOLUTIONS) -> dict[str, list[str]]:
+    """{"ex05": [hint, ...]}: the message of every `raise NotImplementedError(...)` in the stubs, by exercise."""
+    hints: dict[str, list[str]] = {}
+    for path in sorted(solutions.glob("ex*.py")):
+        found = [begin["hint"] or "write this part" for begin in map(BEGIN.match, path.read_text().splitlines())
+                 if begin]
+        hints.setdefault(path.stem.split("_")[0], []).extend(found)
+    return hints
+
+
+def stub_hints_text(solutions: Path = SOLUTIONS) -> str:
+    """STUB_HINTS's contents for these solutions."""
+    return json.dumps(stub_hints(solutions), indent=1, ensure_ascii=False) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.exercises", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true", help="only report files that are out of date")
     parser.add_argument("--solutions", type=Path, default=SOLUTIONS)
     parser.add_argument("--exercises", type=Path, default=EXERCISES)
+    parser.add_argument("--hints", type=Path, default=None,
+                        help=f"where to write the stubs' hints (default: {STUB_HINTS.relative_to(SOLUTIONS.parent)}, "
+                             "for the course's own solutions/; none for other --solutions)")
     options = parser.parse_args(argv)
     try:
         stubs = expected_stubs(options.solutions)
@@ -82,10 +106,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stale = [n for n, text in stubs.items()
              if not (options.exercises / n).exists() or (options.exercises / n).read_text() != text]
+    if options.hints is None and options.solutions.resolve() == SOLUTIONS.resolve():
+        options.hints = STUB_HINTS
+    hints = stub_hints_text(options.solutions) if options.hints is not None else ""
+    hints_stale = options.hints is not None and (
+        not options.hints.is_file() or options.hints.read_text(encoding="utf-8") != hints)
     if options.check:
         for name in stale:
             print(f"out of date: exercises/{name} (run: python -m course_lib.exercises)")
-        return 1 if stale else 0
+        if hints_stale:
+            print(f"out of date: {options.hints.name} (run: python -m course_lib.exercises)")
+        return 1 if stale or hints_stale else 0
+    if hints_stale:
+        options.hints.write_text(hints, encoding="utf-8")
+        print(f"wrote {options.hints.name}")
     options.exercises.mkdir(exist_ok=True)
     for name in stale:
         path = options.exercises / name

@@ -118,12 +118,13 @@ LINKS: dict[str, Link] = {link.name: link for link in [
 
 
 def _count(n, what: str = "n") -> int:
-    if isinstance(n, bool):
-        raise ValueError(f"{what} must be a whole number, not {n!r}")
-    try:
+    """n as an int, by the course's rule for counts (course_lib.parallel.whole_number): an int (numpy's integers
+    too) or an integral float such as 4096.0; a bool, a fraction, nan, inf or anything else is a ValueError."""
+    if isinstance(n, numbers.Integral) and not isinstance(n, bool):
         return operator.index(n)
-    except TypeError:
-        raise ValueError(f"{what} must be a whole number, not {n!r}") from None
+    if _real(n) and float(n).is_integer():
+        return int(n)
+    raise ValueError(f"{what} must be a whole number (an int, or an integral float such as 4096.0), not {n!r}")
 
 
 def _ranks(n) -> int:

@@ -91,10 +91,10 @@ class Op:
         if self.kind not in _OP_KINDS:
             raise ValueError(f"kind must be one of {', '.join(_OP_KINDS)}, not {self.kind!r}")
         for name in ("stage", "micro_batch", "chunk"):
-            whole_number(getattr(self, name), name, 0)
+            whole_number(getattr(self, name), name, 0, integral_floats=False)
         if self.device is None:
             object.__setattr__(self, "device", self.stage)
-        whole_number(self.device, "device", 0)
+        whole_number(self.device, "device", 0, integral_floats=False)
         if not (_real(self.start) and _real(self.end) and self.end >= self.start):
             raise ValueError(f"need finite times with end >= start, not start={self.start!r}, end={self.end!r}")
 
@@ -571,7 +571,7 @@ def split_by_boundaries(model: nn.Sequential, boundaries: Sequence[int]) -> list
     model = _check_sequential(model)
     if isinstance(boundaries, (str, bytes)) or not isinstance(boundaries, Sequence):
         raise TypeError(f"boundaries must be a list of layer indices, not {type(boundaries).__name__}")
-    cuts = [whole_number(b, "a boundary", 1) for b in boundaries]
+    cuts = [whole_number(b, "a boundary", 1, integral_floats=False) for b in boundaries]
     if any(b >= len(model) for b in cuts):
         raise ValueError(f"boundaries must lie between 1 and {len(model) - 1} (the model has "
                          f"{plural(len(model), 'layer')}), not {cuts}")

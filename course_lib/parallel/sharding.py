@@ -64,7 +64,7 @@ def _bytes_per(x, what: str) -> float:
 
 
 def _stage(stage) -> int:
-    stage = whole_number(stage, "a ZeRO stage", minimum=0)
+    stage = whole_number(stage, "a ZeRO stage", minimum=0, integral_floats=False)
     if stage not in STAGE_NAMES:
         raise ValueError(f"ZeRO stages are 0 (DDP), 1, 2 and 3, not {stage}")
     return stage

@@ -444,7 +444,8 @@ def _grade(root: Path, started: float) -> dict:
 def student_summary(result) -> list[str]:
     """What the top of results.json tells the student besides the status: points per exercise on the visible tests
     (not the hidden ones: with visibility after_published, Gradescope hides the total until the grades are
-    published), whether hidden tests exist, and the tests that need a GPU."""
+    published), whether hidden tests exist, the functions still untouched stubs, and the tests that need a GPU."""
+    from course_lib.grading.results import stub_groups
     from course_lib.tables import plural
 
     visible = [t for t in result.tests if not t.hidden]
@@ -457,6 +458,10 @@ def student_summary(result) -> list[str]:
     if hidden:
         lines.append(f"Hidden tests: {plural(len(hidden), 'test')}, whose results appear when your instructor "
                      "publishes the grades.")
+    groups = stub_groups(visible)
+    if groups:  # the functions still to write, each once, where the tests' outputs say it test by test
+        lines.append("Not implemented yet (every test that reaches one fails at once; its output gives the hint): "
+                     + "; ".join(f"{g.stub.name} ({g.counts()})" for g in groups) + ".")
     needs_gpu = [t for t in visible if t.status == "not graded"]
     if needs_gpu:
         lines.append(f"Not graded here: {plural(len(needs_gpu), 'test')} needing a GPU, which Gradescope's machines "

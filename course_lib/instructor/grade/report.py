@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import statistics
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.grading.results import TestOutcome
+from course_lib.grading.results import StubGroup, TestOutcome, stub_groups, unwritten
 
 STATUSES = ("ok", "timeout", "crashed", "grader error")
 
@@ -61,9 +63,10 @@ def results_json(result: Result, *, hidden_visibility: str = "hidden", preamble:
     names = _test_names(result.tests)
     tests = []
     for t in result.tests:
+        stub = unwritten(t)  # its hint says it all: every input fails a stub the same way
         entry = {"name": names[t.nodeid], "score": t.earned, "max_score": t.possible,
                  "visibility": hidden_visibility if t.hidden else "visible",
-                 "output": t.message if not t.hidden else t.outcome}
+                 "output": t.outcome if t.hidden else stub.message if stub is not None else t.message}
         if t.status == "not graded":
             entry["output"] = f"not graded: {t.not_graded or t.message}"
         else:
@@ -85,13 +88,100 @@ def write_results_json(result: Result, path: Path) -> None:
 
 
 NOT_GRADED_HEADING = "## Not graded on this machine (needs a GPU)"
+UNWRITTEN_HEADING = "## Not implemented yet"
+FEEDBACK_WIDTH = 100  # characters a line of feedback.md, outside the quoted messages of "What went wrong"
+MESSAGE_CHARS = 2000  # of one failure's message
 
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
+def _wrapped(text: str, first: str = "", rest: str = "  ") -> list[str]:
+    return textwrap.wrap(text, FEEDBACK_WIDTH, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=False) or [first.rstrip()]
+
+
+def _cut(text: str, width: int = FEEDBACK_WIDTH) -> str:
+    """`text` on one line of at most `width` characters: cut at a space, with '…', where it is longer."""
+    if len(text) <= width:
+        return text
+    return text[:width - 1].rsplit(" ", 1)[0].rstrip(" ,;:(") + "…"
+
+
+def _plain(text: str) -> str:
+    """`text` as Markdown shows it as written: a `_` not between two letters or digits (as in `__init__`) and a `*`
+    not between two spaces (as in `*items`) are escaped; code in backticks is left alone."""
+    parts = re.split(r"(`[^`]*`)", text)
+    for k in range(0, len(parts), 2):
+        parts[k] = re.sub(r"_(?<![A-Za-z0-9]_(?=[A-Za-z0-9]))|\*(?<!\s\*(?=\s))", lambda m: "\\" + m.group(0),
+                          parts[k])
+    return "".join(parts)
+
+
+def _exercise_table(result: Result) -> list[str]:
+    lines = ["| exercise | points | tests passed | not graded |", "|---|---|---|---|"]
+    for exercise in dict.fromkeys(t.exercise for t in result.tests):
+        tests = [t for t in result.tests if t.exercise == exercise]
+        graded = [t for t in tests if t.status != "not graded"]
+        passed = sum(t.outcome == "passed" for t in graded)
+        skipped = len(tests) - len(graded)
+        lines.append(f"| {exercise} | {result.earned(exercise):g} / {result.possible(exercise):g} | "
+                     f"{passed} of {len(graded)} | {skipped or '–'} |")
+    return lines
+
+
+def _not_started(result: Result) -> set[str]:
+    """The exercises where every graded test stopped at an untouched stub: none passed, none failed another way."""
+    graded = [t for t in result.tests if t.status != "not graded"]
+    return {e for e in {t.exercise for t in graded}
+            if all(unwritten(t) is not None for t in graded if t.exercise == e)}
+
+
+def _unwritten_lines(groups: list[StubGroup], not_started: set[str]) -> list[str]:
+    """One entry per untouched stub: the hint whole, or cut to a line in an exercise not started."""
+    lines = [UNWRITTEN_HEADING, ""]
+    lines += _wrapped("These functions still raise their stub's `NotImplementedError`. Every test that reaches one "
+                      "fails at once, whatever its input, so each shows here once, with its hint, how many tests "
+                      "stopped there and the points they are worth.", rest="")
+    lines.append("")
+    cut = []
+    for group in groups:
+        stub = group.stub
+        head = f"* **{stub.exercise} · `{stub.function}`** ({group.counts()})" if stub.function else (
+            f"* **{stub.exercise}** ({group.counts()})")
+        if stub.exercise in not_started:
+            cut.append(stub.exercise)
+            lines.append(_cut(f"{head}: {_plain(stub.hint)}") if stub.hint else head)
+        else:
+            lines += _wrapped(f"{head}: {_plain(stub.hint)}" if stub.hint else head)
+    if cut:
+        lines += [""] + _wrapped(f"Not started yet: {', '.join(dict.fromkeys(cut))}. Their hints are cut to a line "
+                                 "here; each is whole in your exercise file, where the function raises "
+                                 "`NotImplementedError`.", rest="")
+    return lines
+
+
+def _failure_lines(failures: list[TestOutcome], names: dict[str, str]) -> list[str]:
+    """Each other failure's message once (tests that failed the same way share it): what the code did, the
+    traceback where it raised, and the smallest input Hypothesis found that fails."""
+    lines = ["## What went wrong", ""]
+    same: dict[str, list[TestOutcome]] = {}
+    for t in failures:
+        same.setdefault(t.message.strip() or t.status, []).append(t)
+    for message, tests in same.items():
+        if len(message) > MESSAGE_CHARS:
+            message = message[:MESSAGE_CHARS] + "\n…"
+        shown = [names[t.nodeid] for t in tests]
+        heading = ", ".join(shown) if len(shown) <= 3 else f"{', '.join(shown[:2])} and {len(shown) - 2} more tests"
+        lines += [f"### {heading}", "", "```", message.replace("```", "'''"), "```", ""]
+    return lines
+
+
 def write_feedback(result: Result, path: Path) -> None:
+    """feedback.md: the points per exercise, the tests not graded here, each untouched stub once (its hint, its
+    tests and points; grading.results.stub_groups, as `check`'s table groups them), then every other failure with
+    its message (and Hypothesis's smallest failing input). Hidden tests show only in the points."""
     names = _test_names(result.tests)
     lines = [f"# Feedback for {result.student}", ""]
     if result.status == "grader error":
@@ -101,25 +191,28 @@ def write_feedback(result: Result, path: Path) -> None:
         return
     lines += [f"**{result.earned():g} / {result.possible():g} points** (grading status: {result.status})", ""]
     if result.detail:
-        lines += [f"Note: {result.detail}", ""]
-    lines += ["| test | result | points |", "|---|---|---|"]
-    for t in result.tests:
-        points = "–" if t.status == "not graded" else f"{t.earned:g} / {t.possible:g}"
-        lines.append(f"| {names[t.nodeid]} | {t.status} | {points} |")
-    problems = [t for t in result.tests if t.status == "failed" and not t.hidden]
+        lines += _wrapped(f"Note: {result.detail}", rest="") + [""]
+    lines += _exercise_table(result)
     skipped = [t for t in result.tests if t.status == "not graded"]
     if skipped:  # before what went wrong: a perfect score's page says why its points possible are fewer
         lines += ["", NOT_GRADED_HEADING, "", "These tests count in neither your points nor the points possible.", ""]
-        lines += [f"* {names[t.nodeid]}: {_first_line(t.not_graded or t.message) or 'skipped'}" for t in skipped]
-    if problems:
-        lines += ["", "## What went wrong", ""]
-        for t in problems:
-            message = t.message.strip() or t.status
-            if len(message) > 2000:
-                message = message[:2000] + "\n…"
-            lines += [f"### {names[t.nodeid]}", "", "```", message.replace("```", "'''"), "```", ""]
+        reasons: dict[tuple[str, str], list[str]] = {}
+        for t in skipped:
+            reason = _first_line(t.not_graded or t.message) or "skipped"
+            reasons.setdefault((t.exercise, reason), []).append(names[t.nodeid].split(": ", 1)[-1])
+        for (exercise, reason), tests in reasons.items():
+            lines += _wrapped(f"* {exercise} ({reason}): {', '.join(tests)}")
+    visible = [t for t in result.tests if not t.hidden]
+    groups = stub_groups(visible)
+    if groups:
+        lines += [""] + _unwritten_lines(groups, _not_started(result))
+    failures = [t for t in visible if t.status == "failed" and unwritten(t) is None]
+    if failures:
+        lines += [""] + _failure_lines(failures, names)
     if any(t.hidden for t in result.tests):
-        lines += ["", "Hidden tests show only whether they passed."]
+        lines += ["", "Hidden tests count in the points above and show nothing else."]
+    while lines and not lines[-1]:
+        lines.pop()
     path.write_text("\n".join(lines) + "\n")
 
 

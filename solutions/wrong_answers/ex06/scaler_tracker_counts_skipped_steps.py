@@ -8,7 +8,7 @@ _Solution = DynamicLossScaler
 class DynamicLossScaler(_Solution):
     def update(self):
         if not self._optimizers:
-            raise RuntimeError("No inf checks were recorded prior to update.")
+            raise AssertionError("No inf checks were recorded prior to update.")
         if any(record["found_inf"] for record in self._optimizers.values()):
             self._scale = _float32(self._scale * self._backoff_factor)
         self._growth_tracker += 1

@@ -220,7 +220,7 @@ def test_a_perfect_score_lists_gpu_tests_apart_from_what_went_wrong(tmp_path):
     write_feedback(perfect, tmp_path / "perfect.md")
     text = (tmp_path / "perfect.md").read_text()
     assert "**2 / 2 points**" in text and "What went wrong" not in text
-    assert NOT_GRADED_HEADING in text and f"* ex01: b: {gpu}" in text.split(NOT_GRADED_HEADING, 1)[1]
+    assert NOT_GRADED_HEADING in text and f"* ex01 ({gpu}): b" in text.split(NOT_GRADED_HEADING, 1)[1]
     failing = Result("bob", "ok", "", [_outcome("a", 2, "failed", message="AssertionError: 3 != 4"),
                                        _outcome("b", 3, "skipped", gpu, gpu)], isolation="bwrap")
     write_feedback(failing, tmp_path / "failing.md")

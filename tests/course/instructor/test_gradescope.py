@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course_lib.grading.results import TestOutcome, read_report
 from course_lib.instructor.exercises import make_stub
 from course_lib.instructor.grade.gradescope import TORCH_CPU_INDEX, VENV, close_to_students, pinned_requirements
 from course_lib.instructor.grade.mount_namespace import unshare_prefix
@@ -163,6 +164,27 @@ def _submissions(root: Path) -> dict[str, dict[str, bytes | str]]:
     }
 
 
+def _collected(hidden: Path) -> list[TestOutcome]:
+    """The tests the package grades, as the grader counts them: collected with their points, a test needing GPUs
+    this machine lacks not graded. Counted here, not written down, as the exercises gain tests."""
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "report.jsonl"
+        files = [ROOT / "tests" / "test_ex00_warmup.py", ROOT / "tests" / "test_ex05_ddp.py",
+                 *sorted(hidden.glob("test_*.py"))]
+        # rootdir /: every node id keeps its path (hidden/test_ex00_*.py lies outside the course's folder)
+        done = subprocess.run([PYTHON, "-m", "pytest", *map(str, files), "--collect-only", "-q", "-p", "no:randomly",
+                               "--rootdir", "/", "-c", str(ROOT / "pyproject.toml"), "--course-report", str(report)],
+                              cwd=ROOT, capture_output=True, text=True, timeout=600)
+        found = read_report(report)
+        collected = found.collected if found is not None else None
+    assert collected, done.stdout[-2000:] + done.stderr[-2000:]
+    return [t for t in collected if t.points is not None]
+
+
+def _visible_points(gradescope, exercise: str) -> float:
+    return sum(t.possible for t in gradescope["expected"] if t.exercise == exercise and "/hidden/" not in t.nodeid)
+
+
 # The syntax-error run gets this test's limit cut in the unpacked package: run_autograder must apply the limits it
 # ships (and never measure its own), so that test must stop at it and say how the limits were set.
 SHIPPED_LIMIT_CUT = ("tests/test_ex00_warmup.py::test_shard_range_rejects_bad_input", 0.05)
@@ -204,7 +226,7 @@ def gradescope():
                                 "ex00,ex05", "--tests", str(hidden)], cwd=ROOT, capture_output=True, text=True,
                                timeout=600, env=GRADER_ENV)
         assert built.returncode == 0, built.stdout + built.stderr
-        runs = {"build": {"done": built, "seconds": time.monotonic() - started}}
+        runs = {"build": {"done": built, "seconds": time.monotonic() - started}, "expected": _collected(hidden)}
         for name, files in _submissions(base).items():
             # The grader's fallback where bubblewrap cannot run: a mount namespace hides the tests and the results.
             env = {"COURSE_GRADE_ISOLATION": "unshare"} if name == "cheating_in_the_fallback" else {}
@@ -283,7 +305,8 @@ def test_a_correct_zipped_course_folder_gets_every_point_and_hidden_tests_wait_f
     run = gradescope["correct"]
     results, tests = run["results"], run["tests"]
     graded = {name for name, t in tests.items() if "status" in t}
-    assert graded == _passed(run) and len(graded) == 26, run["done"].stdout[-3000:]
+    expected = [t for t in gradescope["expected"] if t.graded]
+    assert graded == _passed(run) and len(graded) == len(expected), run["done"].stdout[-3000:]
     assert results["score"] == sum(t["max_score"] for t in tests.values()) > 0
     assert tests["ex00: hidden test 1"]["visibility"] == "after_published"
     assert tests["ex00: hidden test 1"]["output"] == "passed", "a hidden test says only whether it passed"
@@ -297,7 +320,16 @@ def test_a_partial_submission_scores_what_it_got_right(gradescope):
     run = gradescope["partial"]
     assert _passed(run) == EX00_SHARD_RANGE
     assert run["results"]["score"] == sum(run["tests"][n]["max_score"] for n in EX00_SHARD_RANGE) == 4
-    assert "Visible tests: ex00 3 / 7 points, ex05 0 / 42 points." in run["results"]["output"]
+    ex00, ex05 = _visible_points(gradescope, "ex00"), _visible_points(gradescope, "ex05")
+    assert ex00 == 7 and ex05 > 0
+    assert f"Visible tests: ex00 3 / {ex00:g} points, ex05 0 / {ex05:g} points." in run["results"]["output"]
+    # ex05 is the untouched stub: each function still to write once, with its tests and points, and each test's
+    # output its hint alone (Hypothesis's examples teach nothing where every input fails the same way)
+    summary = next(line for line in run["results"]["output"].splitlines() if line.startswith("Not implemented yet"))
+    assert "ex05 · bucket_assignment (" in summary and summary.count("ex05 · MiniDDP.__init__ (") == 1, summary
+    stubbed = [t for name, t in run["tests"].items() if name.startswith("ex05") and "status" in t]
+    assert stubbed and all(t["output"].startswith("ex05: ") and "not implemented yet (hint: " in t["output"]
+                           and "\n" not in t["output"] for t in stubbed), stubbed[:2]
     assert "Hidden tests: 2 tests, whose results appear when your instructor publishes" in run["results"]["output"]
     failed = run["tests"]["ex00: test_all_reduce_mean_matches_single_process_mean"]
     assert failed["score"] == 0 and failed["output"], "a failed visible test says why"
@@ -316,7 +348,8 @@ def test_a_syntax_error_costs_only_its_exercise(gradescope):
     run = gradescope["syntax_error"]
     ex00 = {name for name in run["tests"] if name.startswith("ex00") and "status" in run["tests"][name]}
     cut = "ex00: " + SHIPPED_LIMIT_CUT[0].split("::")[1]
-    assert _passed(run) == ex00 - {cut} and len(ex00) == 5
+    assert _passed(run) == ex00 - {cut} and len(ex00) == sum(
+        t.graded for t in gradescope["expected"] if t.exercise == "ex00")
     # The shipped limits are the ones applied: the test whose limit was cut in the package stopped at it.
     stopped = run["tests"][cut]["output"]
     assert "Timeout" in stopped and "measured on the instructor's machine when the autograder was built" in stopped

@@ -139,7 +139,7 @@ def test_fit_link_on_a_noisy_sweep_is_close_and_keeps_the_inputs():
     ([-8, 4096], [1e-3, 2e-3], 2),                 # a negative size
     ([1024, 4096], [1e-3, float("nan")], 2),       # not a number
     ([1024, 4096], [1e-3, 2e-3], 1),               # one rank: nothing to fit
-    ([1024, 4096], [1e-3, 2e-3], 2.0),             # not a whole number of ranks
+    ([1024, 4096], [1e-3, 2e-3], 2.5),             # not a whole number of ranks
     ([1024, 2**20, 2**24], [3e-3, 2e-3, 1e-3], 2),  # slower for smaller sizes: negative bandwidth
     ([2**20, 2**24, 2**26], [5.5e-5, 1.628e-3, 6.661e-3], 2),  # a line below the origin: alpha < 0
 ])
@@ -170,7 +170,8 @@ def test_bucket_sizes_by_hand_and_bad_inputs():
     assert bucket_sizes([2 * mib, 10 * mib, 20 * mib, 3 * mib], 25, first_bucket_mb=25) == [33 * mib, 2 * mib]
     assert bucket_sizes([5, 6, 7], 0, first_bucket_mb=0) == [7, 6, 5]  # a cap of 0: one bucket per parameter
     assert bucket_sizes([]) == []
-    for bad in [([-1],), ([1.5],), ([True],), ([4], -1), ([4], 25, float("nan")), ([4], "25")]:
+    assert bucket_sizes([4096.0, 2.0**20, 7]) == bucket_sizes([4096, 2**20, 7])  # sizes are counts: 4096.0 is one
+    for bad in [([-1],), ([1.5],), ([True],), ([float("inf")],), ([4], -1), ([4], 25, float("nan")), ([4], "25")]:
         with pytest.raises(ValueError):
             bucket_sizes(*bad)
 

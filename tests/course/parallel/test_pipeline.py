@@ -249,7 +249,8 @@ def test_simulate_rejects_bad_settings_with_messages_that_say_what_to_change():
         with pytest.raises(ValueError):
             simulate(**args)
     with pytest.raises(TypeError):
-        simulate("gpipe", 2.0, 4)
+        simulate("gpipe", 2.5, 4)  # a count: an integral float (2.0) is accepted, a fractional one is not
+    assert simulate("gpipe", 2.0, 4.0) == simulate("gpipe", 2, 4)
     for measure in (bubble, makespan, peak_in_flight):
         with pytest.raises(ValueError):
             measure([])
@@ -262,7 +263,7 @@ def test_op_is_frozen_and_checked():
     assert op.device == 1 and op.chunk == 0 and op.duration == 1.0
     with pytest.raises(dataclasses.FrozenInstanceError):
         op.start = 2.0
-    for bad in [dict(kind="X"), dict(end=-1.0), dict(stage=-1), dict(micro_batch=0.5)]:
+    for bad in [dict(kind="X"), dict(end=-1.0), dict(stage=-1), dict(micro_batch=0.5), dict(stage=1.0), dict(device=0.0)]:
         with pytest.raises((ValueError, TypeError)):
             Op(**(dict(stage=0, micro_batch=0, kind="F", start=0.0, end=1.0) | bad))
 
@@ -368,7 +369,7 @@ def test_split_by_boundaries_shares_the_layers_and_checks_the_cuts():
     for bad in ([0], [7], [3, 3], [5, 2]):
         with pytest.raises(ValueError):
             split_by_boundaries(model, bad)
-    for bad in ("2", 2, [2.0]):
+    for bad in ("2", 2, [2.5], [True], [2.0]):  # a boundary is an index: an int (2.0 is refused, unlike a count)
         with pytest.raises(TypeError):
             split_by_boundaries(model, bad)
     times = stage_times(pieces, x, repeat=1)

@@ -56,6 +56,11 @@ def test_zero_memory_rejects_bad_inputs():
     for args, kwargs in [((1.5, 4), {}), ((10, True), {}), ((10, 4), {"stages": "0123"}), ((10, 4), {"stages": 3})]:
         with pytest.raises(TypeError):
             zero_memory(*args, **kwargs)
+    for args, kwargs in [((float("nan"), 4), {}), ((10, float("inf")), {}), ((10, 2.5), {})]:
+        with pytest.raises(TypeError, match="whole number"):
+            zero_memory(*args, **kwargs)
+    # counts accept integral floats, as the ZeRO paper types them (Ψ = 7.5e9): the course's rule for counts
+    assert zero_memory(7.5e9, 64.0) == zero_memory(7_500_000_000, 64)
 
 
 def test_zero_paper_figure_is_a_table_from_zero_memory_with_its_source():
@@ -105,6 +110,8 @@ def test_comm_volume_by_hand():
     for bad in [(psi, n, 4), (psi, 0, 1), (-1, n, 1)]:
         with pytest.raises(ValueError):
             comm_volume(*bad)
+    with pytest.raises(TypeError):  # a stage is a label, not a count: 1.0 is refused (a count such as Ψ takes 7.5e9)
+        comm_volume(psi, n, 1.0)
 
 
 def test_comm_volume_with_bf16_gathers_and_fp32_reductions():

@@ -560,7 +560,11 @@ def test_bad_arguments_get_messages_that_say_what_to_pass():
     with pytest.raises(ValueError, match="count must be >= 0"):
         low_precision_sum(0.1, -1, torch.float16)
     with pytest.raises(TypeError, match="whole number"):
-        low_precision_sum(0.1, 2.0, torch.float16)
+        low_precision_sum(0.1, 2.5, torch.float16)
+    with pytest.raises(TypeError, match="whole number"):
+        low_precision_sum(0.1, True, torch.float16)
+    # a count may be an integral float (the course's rule for counts)
+    assert low_precision_sum(0.1, 2.0, torch.float16) == low_precision_sum(0.1, 2, torch.float16)
     with pytest.raises(ValueError, match="no nonzero value"):
         underflow_fraction([torch.zeros(3), None], torch.float16)
     with pytest.raises(TypeError, match="iterable of tensors"):

@@ -54,8 +54,9 @@ def _outcome(test: str, message: str = "", outcome: str = "failed", points: int 
     return TestOutcome(f"tests/test_ex04_collectives.py::{test}", points, outcome, message)
 
 
-HINT = "ex04: not implemented yet (hint: follow the docstring; in each step isend() to the right, recv() from the left)"
-OTHER = "ex04: not implemented yet (hint: divide by 1e9 for GB/s; reuse bus_bandwidth_factor)"
+HINT = ("ex04: ring_all_reduce is not implemented yet (hint: follow the docstring; in each step isend() to the "
+        "right, recv() from the left)\nFailing explicit example: test_ring(\n    sizes=[3],\n)")
+OTHER = "ex04: not implemented yet (hint: divide by 1e9 for GB/s; reuse bus_bandwidth_factor)"  # an older message
 
 
 def test_check_table_shows_each_hint_once_and_never_breaks_the_result():
@@ -63,17 +64,25 @@ def test_check_table_shows_each_hint_once_and_never_breaks_the_result():
         _outcome("test_ring[2]", HINT), _outcome("test_ring[3]", HINT), _outcome("test_ring_rejects", HINT),
         _outcome("test_bandwidths", OTHER), _outcome("test_passes", outcome="passed"),
         _outcome("test_bandwidths_again", OTHER), _outcome("test_bandwidths_more", OTHER),
+        _outcome("test_ring_again", HINT + "\nFailing explicit example: test_ring_again(\n    n=4,\n)"),
     ])
     page = result._repr_html_()
-    short_hint = HINT.removeprefix("ex04: ")
-    assert page.count(short_hint) == 1 and "rowspan='2'" in page    # test_ring [2, 3] and test_ring_rejects
-    assert page.count(OTHER.removeprefix("ex04: ")) == 1 and page.count("(same as above)") == 1
-    assert len(re.findall(r"<tr\b", page)) == 1 + 6                  # header + one row per test group
+    short_hint = HINT.splitlines()[0].removeprefix("ex04: ")
+    # The rows of one stub come together, where its first test is, and share one cell: no "(same as above)"
+    # that could mean either of two different rows above it.
+    assert page.count(short_hint) == 1 and page.count(OTHER.removeprefix("ex04: ")) == 1
+    assert page.count("rowspan='3'") == 2    # test_ring [2, 3], _rejects and _again; the three test_bandwidths
+    assert "same as" not in page and "Failing" not in page and "sizes=" not in page  # a stub's inputs teach nothing
+    assert len(re.findall(r"<tr\b", page)) == 1 + 7                  # header + one row per test group
+    names = [name for name, *_ in result._shown_rows()]
+    assert names == ["test_ring [2, 3]", "test_ring_rejects", "test_ring_again", "test_bandwidths",
+                     "test_bandwidths_again", "test_bandwidths_more", "test_passes"]
     for cell in re.findall(r"<td style='([^']*)'>[^<]*(?:FAILED|passed)</td>", page):
         assert "white-space:nowrap" in cell
-    text = result.format(width=WIDTH)
-    assert " ".join(text.split()).count(short_hint) == 1 and "〃" in text  # wrapped, never cut
-    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    for verbose in (False, True):
+        text = result.format(width=WIDTH, verbose=verbose)
+        assert " ".join(text.split()).count(short_hint) == 1 and "〃" in text  # wrapped, never cut
+        assert max(len(line) for line in text.splitlines()) <= WIDTH and "Failing" not in text
 
 
 def test_pictures_show_without_an_out_prompt(monkeypatch):
