@@ -505,20 +505,24 @@ def run_check(exercise: str, target: str = "exercises", timeout: float = 600.0, 
     tests = _test_files(exercise)
     rule = TimeRule.load(reference_times)
     limits = {nodeid: rule.stop_after(nodeid) for nodeid in rule.reference}
+    after_a_loop = {nodeid: round(min(rule.ceiling, GRACE * seconds), 1) for nodeid, seconds in
+                    time_rule.limits_after_a_loop(rule.reference, rule.factor, rule.ceiling).items()}
     folder = paths.ROOT / target if target in {"exercises", "solutions"} else Path(target).resolve()
     report, output = _run_pytest(tests, target, limits, rule.ceiling, timeout, progress or Progress(),
-                                 lambda done: CheckResult(exercise, done, rule=rule, target=folder), select)
+                                 lambda done: CheckResult(exercise, done, rule=rule, target=folder), select,
+                                 after_a_loop)
     if report is None or (not report.tests and report.exitstatus is None):
         raise RuntimeError(f"pytest did not report any result for {exercise}; its output:\n{output[-3000:]}")
     return CheckResult(exercise, list(report.tests.values()), output, rule, folder)
 
 
 def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceiling: float, timeout: float,
-                progress: Progress, result_of, select: str | None = None):
-    """Run pytest on `tests` with these limits, telling `progress` as tests start and finish; (report, output)."""
+                progress: Progress, result_of, select: str | None = None, after_a_loop: dict[str, float] | None = None):
+    """Run pytest on `tests` with these limits (and `after_a_loop`, the limits once a test of the exercise ran out
+    of time: grading.loops), telling `progress` as tests start and finish; (report, output)."""
     with tempfile.TemporaryDirectory() as scratch:
         report_path, limits_path = Path(scratch) / "report.jsonl", Path(scratch) / "limits.json"
-        limits_path.write_text(json.dumps(limits))
+        limits_path.write_text(json.dumps({**limits, **({time_rule.AFTER_A_LOOP: after_a_loop} if after_a_loop else {})}))
         command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", str(target), "-q",
                    "--course-report", str(report_path), "-p", "no:cacheprovider",
                    "--test-timeouts", str(limits_path), "--timeout", f"{ceiling:g}"]

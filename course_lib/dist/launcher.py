@@ -16,7 +16,7 @@ import signal
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from typing import Any, Callable, Sequence
 
@@ -73,6 +73,10 @@ class RankJob:
     # The grader's policy: prepare_folder(path) here, apply() in each rank, and fork_server_executable,
     # the sandbox (or None) the ranks are forked in. Learners' launches carry none.
     confinement: Any = None
+    # Seconds after which each rank still running writes its stack (faulthandler) to a file of the launch; the
+    # texts come back in `stacks` {rank: text} when the launch ends, even when it was stopped (the grader's loops).
+    dump_stacks_after: float | None = None
+    stacks: dict[int, str] = field(default_factory=dict, repr=False)
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
@@ -190,6 +194,8 @@ class _Launch:
             # The ranks fork from a server started earlier: hand them this process's environment as it is now.
             env={**os.environ, **self._hidden_gpus(), **(self.job.env or {})},
             confinement=self.job.confinement,
+            stack_file=os.path.join(self.scratch, "stack") if self.job.dump_stacks_after is not None else None,
+            stack_after=self.job.dump_stacks_after,
         )
         for rank in range(self.n):
             result_r, result_w = context().Pipe(duplex=False)
@@ -309,4 +315,17 @@ class _Launch:
             except ValueError:
                 pass
         if self.scratch is not None:
+            self._read_stacks()
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _read_stacks(self) -> None:
+        if self.job.dump_stacks_after is None:
+            return
+        for rank in range(self.n):
+            try:
+                with open(os.path.join(self.scratch, f"stack-{rank}"), "rb") as handle:
+                    text = handle.read(2**16).decode("utf-8", "replace")
+            except OSError:
+                continue
+            if text.strip():
+                self.job.stacks[rank] = text

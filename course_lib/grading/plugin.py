@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from course_lib import paths
-from course_lib.grading.results import TestOutcome, append_record
+from course_lib.grading import loops, time_rule
+from course_lib.grading.results import TestOutcome, append_record, exercise_of
 
 MARKERS = [
     "points(n): a graded test worth n points",
@@ -126,7 +127,9 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
                 item.user_properties.append(("not_graded", reason))
     if config.getoption("--test-timeouts"):
-        _apply_time_limits(items, json.loads(Path(config.getoption("--test-timeouts")).read_text()))
+        limits = json.loads(Path(config.getoption("--test-timeouts")).read_text())
+        config.course_limits_after_a_loop = limits.pop(time_rule.AFTER_A_LOOP, {})
+        _apply_time_limits(items, limits)
 
 
 def _apply_time_limits(items, limits: dict[str, float]) -> None:
@@ -138,6 +141,43 @@ def _apply_time_limits(items, limits: dict[str, float]) -> None:
     for item in items:
         if item.nodeid in limits:
             item.add_marker(pytest.mark.timeout(limits[item.nodeid]))
+
+
+def _exercise(item) -> str:
+    """'ex05' for a test in test_ex05_*.py (by its file: a nodeid outside the root directory has no path)."""
+    return exercise_of(getattr(item, "path", None).name if getattr(item, "path", None) else item.nodeid)
+
+
+def _time_limit(item) -> float:
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        return float(marker.args[0] if marker.args else marker.kwargs["timeout"])
+    try:
+        return float(item.config.getini("timeout") or 0)
+    except (ValueError, TypeError):
+        return 0.0
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item):
+    """Before pytest-timeout reads a test's limit: after a loop in its exercise, the shorter one (grading.loops)."""
+    exercise = _exercise(item)
+    shorter = getattr(item.config, "course_limits_after_a_loop", {}).get(item.nodeid)
+    if loops.loops_of(exercise) and shorter and shorter < (_time_limit(item) or float("inf")):
+        item.add_marker(pytest.mark.timeout(shorter), append=False)
+    loops.start_test(item.nodeid, _time_limit(item))
+    looped = len(loops.loops_of(exercise))
+    yield
+    if len(loops.loops_of(exercise)) > looped and item.config.course_report:
+        append_record(item.config.course_report, {"looped": loops.summary()})
+
+
+def pytest_runtest_setup(item):
+    stopped = loops.stopped_message(_exercise(item))
+    if stopped:
+        from course_lib.grading.runner import ExerciseStopped
+
+        raise ExerciseStopped(stopped)
 
 
 def pytest_collection_finish(session):

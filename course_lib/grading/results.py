@@ -7,6 +7,7 @@ back with `read_report`.
     {"collected": [{"nodeid": ..., "points": 2, "not_graded": null}, ...]}   after collection
     {"started": nodeid}                                                       before each test (check's progress)
     {"test": {"nodeid": ..., "points": 2, "outcome": "passed", ...}}         after each test
+    {"looped": {"ex05": ["bucket_assignment"]}}                              after a test ran out of time (loops)
     {"exitstatus": 0}                                                         at the end
 
 Points: a test is *graded* when it carries points and ran here; a test skipped (for example one
@@ -95,6 +96,7 @@ class Report:
     collected: list[TestOutcome] | None = None
     tests: dict[str, TestOutcome] = field(default_factory=dict)
     exitstatus: int | None = None
+    looped: dict[str, list[str]] = field(default_factory=dict)  # exercise -> functions that ran out of time
 
     def graded(self) -> list[TestOutcome]:
         return [t for t in self.tests.values() if t.points is not None]
@@ -121,6 +123,8 @@ def read_report(path: str | Path) -> Report | None:
             elif "test" in record:
                 test = TestOutcome.from_dict(record["test"])
                 report.tests[test.nodeid] = test
+            elif "looped" in record:
+                report.looped = {str(k): [str(f) for f in v] for k, v in record["looped"].items()}
             elif "exitstatus" in record:
                 report.exitstatus = int(record["exitstatus"])
         except (ValueError, TypeError, AttributeError):

@@ -17,7 +17,9 @@ import importlib.util
 import json
 import linecache
 import os
+import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +27,7 @@ import cloudpickle
 
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
+from course_lib.grading import loops
 from course_lib.grading.results import unwritten_message
 
 __all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exercise_path", "load_exercise_file",
@@ -183,9 +186,15 @@ def stub_function(error: BaseException, path: str, hints: tuple[str, ...] | None
     return getattr(code, "co_qualname", code.co_name)
 
 
+class LoopReached(Exception):
+    """(in the child) A function that ran out of time in an earlier test was called again (loops.LoopedEarlier)."""
+
+
 def _in_child(rank: int, world_size: int, path: str, driver: Callable, args: tuple, ranks: bool,
-              hints: tuple[str, ...] | None = None) -> Any:
+              hints: tuple[str, ...] | None = None, looped: tuple = ()) -> Any:
     module = load_exercise_file(path)
+    if looped:
+        loops.disable_looped(module, list(looped))
     try:
         if ranks:
             return driver(rank, world_size, module, *args)
@@ -195,6 +204,8 @@ def _in_child(rank: int, world_size: int, path: str, driver: Callable, args: tup
         if function is None:
             raise
         raise StubReached(json.dumps({"function": function, "hint": error.args[0]})) from None
+    except loops.LoopedEarlier as error:
+        raise LoopReached(str(error)) from None
 
 
 def _call_function(module, function: str, *args):
@@ -216,6 +227,8 @@ def _explain(exercise: str, error: Exception) -> ExerciseFailed | ExerciseStoppe
             return ExerciseStopped(unwritten_message(exercise, found["function"], found["hint"]))
         except (ValueError, KeyError, TypeError):
             pass
+    if stub == f"{LoopReached.__module__}.{LoopReached.__qualname__}":
+        return ExerciseStopped(f"{exercise}: {found}")
     ranks = isinstance(error, RankFailed) and error.world_size > 1
     where = f" in rank {error.rank} of {error.world_size}" if ranks else ""
     return ExerciseFailed(f"{exercise}{where}: {last}\n\n{detail.rstrip()}")
@@ -235,18 +248,50 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
     if module is not None and not module.__name__.startswith(("course_lib", "torch", "builtins")):
         cloudpickle.register_pickle_by_value(module)
     ranks = world_size is not None
-    job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks, stub_hints(exercise)),
+    looped = tuple((loop.function, loop.test) for loop in loops.loops_of(exercise) if loop.function)
+    job = RankJob(_in_child, world_size if ranks else 1, (path, driver, args, ranks, stub_hints(exercise), looped),
                   backend="gloo",
                   init_process_group=ranks, timeout=timeout, quiet=True, prefix_output=ranks, plain_results=True,
-                  env={"COURSE_TARGET": os.path.dirname(path)}, confinement=_confinement)
+                  env={"COURSE_TARGET": os.path.dirname(path)}, confinement=_confinement,
+                  dump_stacks_after=_stacks_after(timeout))
     kills = _memory_guard.kills() if _memory_guard is not None else 0
     try:
         results = run_ranks(job)
     except (RankFailed, LaunchTimeout) as error:
         if _memory_guard is not None and _memory_guard.kills() > kills:  # a rank was stopped for memory
             raise ExerciseStopped(f"{exercise}: {_memory_guard.message()}") from None
-        raise _explain(exercise, error) from None
+        explained = _explain(exercise, error)
+        if isinstance(error, LaunchTimeout):
+            said = str(explained).removeprefix(f"{exercise}: ")
+            raise ExerciseStopped(f"{exercise}: {_note_loop(exercise, path, job)}{said}") from None
+        raise explained from None
+    except BaseException as error:  # noqa: BLE001 - the test's own time limit (pytest-timeout) raised in the wait
+        if not _TEST_TIME_LIMIT.match(str(error)):
+            raise
+        raise ExerciseStopped(f"{exercise}: {_note_loop(exercise, path, job)}{error}") from None
     return results if ranks else results[0]
+
+
+_TEST_TIME_LIMIT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout")
+
+
+def _stacks_after(timeout: float) -> float:
+    """When a rank still running writes its stack: just before the test's deadline, or the launch's timeout."""
+    end = loops.deadline()
+    left = timeout if end is None else min(timeout, end - time.monotonic())
+    return max(0.05, left - loops.DUMP_MARGIN)
+
+
+def _note_loop(exercise: str, path: str, job: RankJob) -> str:
+    """Record where the stopped ranks were (grading.loops); the start of the test's message that says so."""
+    found = ("", 0)
+    for rank in sorted(job.stacks):
+        found = loops.looping_function(job.stacks[rank], path)
+        if found[0]:
+            break
+    loop = loops.note(exercise, *found)
+    return f"{loop.where()} was still running when time ran out; " if loop.function else ""
+
 
 
 def call(exercise: str, function: str, *args: Any, timeout: float = 60.0) -> Any:

@@ -2,6 +2,9 @@
 
 A test's limit is FACTOR times the reference solution's time on that test, at least FLOOR seconds and at most
 CEILING (the grader's --time-factor, --time-floor and --test-timeout defaults; an uncalibrated test gets CEILING).
+Once a test of an exercise has run out of time (grading.loops), the exercise's other tests get the same rule with
+LOOPED_FLOOR instead of FLOOR: the floor is there for a loaded machine, and a function that loops too would
+otherwise cost each of its tests the whole floor.
 """
 
 from __future__ import annotations
@@ -9,9 +12,18 @@ from __future__ import annotations
 FACTOR = 4.0
 FLOOR = 5.0
 CEILING = 120.0
+LOOPED_FLOOR = 1.5
+# The key, in a --test-timeouts file {nodeid: seconds}, of {nodeid: seconds} after a loop (limits_after_a_loop).
+# Every nodeid holds '::', so none can be this key.
+AFTER_A_LOOP = "after a loop"
 
 
 def calibrated_limits(durations: dict[str, float], factor: float = FACTOR, floor: float = FLOOR,
                       ceiling: float = CEILING) -> dict[str, float]:
     """nodeid -> seconds: `factor` times the reference's duration, at least `floor`, at most `ceiling`."""
     return {nodeid: round(min(max(floor, factor * seconds), ceiling), 1) for nodeid, seconds in durations.items()}
+
+
+def limits_after_a_loop(durations: dict[str, float], factor: float = FACTOR, ceiling: float = CEILING) -> dict[str, float]:
+    """nodeid -> seconds, once a test of the same exercise ran out of time: the rule with LOOPED_FLOOR."""
+    return calibrated_limits(durations, factor, LOOPED_FLOOR, ceiling)

@@ -157,6 +157,7 @@ def build(out: Path, o: BuildOptions) -> dict:
             "exercises": exercises,
             "exercise_files": sorted(p.name for e in exercises for p in EXERCISES.glob(f"{e}_*.py")),
             "time_limits": limits.limits,
+            "time_limits_after_a_loop": limits.after_a_loop,
             "limit_note": limits.note() + " (the reference solution's times were measured on the instructor's "
                                           "machine when the autograder was built)",
             # The Hypothesis profile the limits were measured with: the same number of examples when grading.
@@ -424,7 +425,8 @@ def _grade(root: Path, started: float) -> dict:
         s = prepare_settings(work / "out", work, root / "submission", options, isolation)
         s.hide = [p for p in [*s.hide, results, source / "tests", (source / CONFIG).parent] if p.exists()]
         s.time_limits = work / "time-limits.json"
-        s.time_limits.write_text(json.dumps(config["time_limits"]))
+        s.time_limits.write_text(json.dumps({**config["time_limits"],
+                                             time_rule.AFTER_A_LOOP: config.get("time_limits_after_a_loop", {})}))
         os.chmod(s.time_limits, 0o644)
         s.limit_note = config["limit_note"]
         claim = UidClaim(1) if s.isolation.users else None

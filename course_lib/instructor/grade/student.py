@@ -227,6 +227,9 @@ def grade_files(name: str, files: dict[str, bytes], found_in: str, slot: int, ui
     tests = merge(s.judge.expected, finished, status) if status != "grader error" or finished else []
     if not files:
         detail = (detail + "; " if detail else "") + "no exNN_*.py files found in the submission"
+    if run.report is not None and run.report.looped:
+        looped = "; ".join(f"{exercise} ({', '.join(functions)})" for exercise, functions in run.report.looped.items())
+        detail = (detail + "; " if detail else "") + f"ran out of time in {looped}"
     result = Result(name, status, detail, _say_time_limits(tests, s), time.monotonic() - started, found_in,
                     isolation=s.isolation.mode, outside=run.outside)
     _write_student(result, s.out / name, run.log)

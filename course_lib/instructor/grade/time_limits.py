@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from course_lib.grading import time_rule
 from course_lib.grading.time_rule import calibrated_limits  # noqa: F401 (the rule, shared with check)
 from course_lib.instructor.grade.student import Settings, run_judge
 from course_lib.paths import ROOT, SOLUTIONS
@@ -36,6 +37,7 @@ class TimeLimits:
     reference_memory_peak_bytes: int = 0
     cache: str = ""
     cached: bool = False
+    after_a_loop: dict[str, float] = field(default_factory=dict)  # once a test of the exercise ran out of time
 
     def note(self) -> str:
         """One line for the students' feedback."""
@@ -107,7 +109,8 @@ def calibrate(s: Settings, uid: int | None, factor: float = 4.0, floor: float = 
     result = TimeLimits(limits, factor, floor, s.test_timeout, reference["durations"], reference["seconds"],
                         reference["memory_peak_bytes"], str(cache), cached)
     s.time_limits = s.work / "time-limits.json"
-    s.time_limits.write_text(json.dumps(limits))
+    result.after_a_loop = time_rule.limits_after_a_loop(reference["durations"], factor, s.test_timeout)
+    s.time_limits.write_text(json.dumps({**limits, time_rule.AFTER_A_LOOP: result.after_a_loop}))
     os.chmod(s.time_limits, 0o644)
     s.limit_note = result.note()
     return result

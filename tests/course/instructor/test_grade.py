@@ -109,10 +109,11 @@ def _messages(graded_class, student: str) -> dict[str, str]:
 @needs_root_linux
 @needs_bwrap
 def test_hangs_are_killed_at_the_test_timeout_and_exits_are_failures(graded_class):
-    loop = _messages(graded_class, "infinite_loop")
-    assert all("Timeout" in m for n, m in loop.items() if "all_reduce" in n), loop
-    deaf = _messages(graded_class, "ignores_signals")
-    assert all("Timeout" in m for n, m in deaf.items() if "shard_range" in n), deaf
+    # The first test of a looping function stops at its limit; its later tests fail at once (grading.loops).
+    for student, function in (("infinite_loop", "all_reduce_mean"), ("ignores_signals", "shard_range")):
+        messages = [m for n, m in _messages(graded_class, student).items() if function in n]
+        assert "Timeout" in messages[0] and f"{function} (line" in messages[0], messages
+        assert all(f"{function} ran out of time in test_" in m for m in messages[1:]), messages
     for student in ("sys_exit", "os_exit"):
         messages = _messages(graded_class, student)
         assert all("exit" in m for m in messages.values()), messages
@@ -127,8 +128,15 @@ def test_hangs_are_killed_at_the_test_timeout_and_exits_are_failures(graded_clas
 def test_a_student_who_loops_everywhere_costs_seconds_per_test(graded_class):
     limits = json.loads((graded_class["out"] / "time_limits.json").read_text())["limits"]
     assert len(limits) == 5 and all(seconds <= TEST_TIMEOUT for seconds in limits.values()), limits
-    loops = _messages(graded_class, "loops_everywhere")
-    assert all("Timeout" in m and "reference solution's time" in m for m in loops.values()), loops
+    loops = list(_messages(graded_class, "loops_everywhere").values())
+    # shard_range's first test stops at its limit, its second fails at once; all_reduce_mean's first stops at its
+    # limit after a loop; then two loops in ex00: its last test is not run (grading.loops)
+    assert "Timeout" in loops[0] and "reference solution's time" in loops[0], loops
+    assert "shard_range ran out of time in test_" in loops[1], loops
+    assert "Timeout" in loops[2] and "all_reduce_mean (line" in loops[2], loops
+    assert all("not run, because 2 of this exercise's tests ran out of time" in m for m in loops[3:]), loops
+    assert "ran out of time in ex00 (shard_range, all_reduce_mean)" in _rows(graded_class["out"])["loops_everywhere"][
+        "detail"]
     bound = sum(limits.values()) + LOOP_MARGIN  # every test at its limit, and the judge's start
     seconds = float(_rows(graded_class["out"])["loops_everywhere"]["seconds"])
     assert seconds < bound, f"loops_everywhere took {seconds:.0f} s; the bound is {bound:.0f} s"
