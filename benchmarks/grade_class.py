@@ -4,8 +4,9 @@
                                      [--isolation auto unshare] [--repeat 1] [-- more grader options]
 
 `--loopers K` adds K students whose every function loops forever (the stubs, each `raise NotImplementedError`
-replaced by `while True: pass`): each of their tests runs to its time limit, so the "slowest s" column shows
-what such a student costs.
+replaced by `while True: pass`): the "slowest s" column shows what such a student costs (a looping function
+costs its own tests: course_lib/grading/loops.py). After the table, each run's students: their time in the judge,
+in its start and in each exercise's tests, and the grader's detail (which functions ran out of time).
 
 Each student is graded by its own judge process (pytest, which imports torch: a few seconds) under the
 sandbox asked for (`auto`: bubblewrap's allow-list where it works; `unshare`: the fallback, a mount
@@ -68,10 +69,33 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
         reference = "cached" if info["cached"] else f"{info['reference_seconds']:.0f} s"
     full = sum(r["status"] == "ok" and r["total"] == r["possible"] for r in grades)
     per_student = sorted(float(r["seconds"]) for r in grades)
+    calibration = 0.0 if reference in ("none", "cached") else float(reference.split()[0])
+    # 100 students: the calibration once, then the students at the rate measured here (wall less calibration).
+    projected = calibration + 100 * max(0.0, seconds - calibration) / len(grades)
+    breakdown = {}
+    for row in grades:
+        data = json.loads((out / row["student"] / "results.json").read_text())["extra_data"]
+        breakdown[row["student"]] = (row["status"], float(row["seconds"]), row["total"], row["possible"],
+                                     data.get("seconds_per_exercise", {}), row.get("detail", ""))
     shutil.rmtree(out)
     return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
             f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}",
-            grades[0]["possible"], reference, f"{load:.1f}"]
+            grades[0]["possible"], reference, f"{projected / 60:.1f}", f"{load:.1f}"], breakdown
+
+
+def print_breakdown(label: str, breakdown: dict) -> None:
+    """Each student's time in its judge, and in each exercise's tests (the judge's start is the difference)."""
+    exercises = sorted({e for *_, per, _ in breakdown.values() for e in per})
+    rows = []
+    for student, (status, seconds, total, possible, per, detail) in breakdown.items():
+        tests = sum(per.values())
+        rows.append([student, status, f"{total}/{possible}", f"{seconds:.1f}", f"{seconds - tests:.1f}",
+                     *(f"{per.get(e, 0.0):.1f}" for e in exercises)])
+    print(f"\n{label}: seconds per student, in the judge's start and in each exercise's tests")
+    print_table(["student", "status", "points", "judge s", "start s", *exercises], rows)
+    for student, (*_, detail) in breakdown.items():
+        if detail:
+            print(f"  {student}: {detail}")
 
 
 def main() -> None:
@@ -84,7 +108,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     options, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]
-    rows = []
+    rows, breakdowns = [], []
     with tempfile.TemporaryDirectory() as scratch:
         submissions = Path(scratch) / "submissions"
         for n in range(options.students):
@@ -95,14 +119,21 @@ def main() -> None:
         for _ in range(options.repeat):
             for jobs in options.jobs:
                 for isolation in options.isolation:
-                    rows.append(grade_once(submissions, Path(scratch) / "out", jobs, isolation, options.exercises, extra))
+                    row, breakdown = grade_once(submissions, Path(scratch) / "out", jobs, isolation,
+                                                options.exercises, extra)
+                    rows.append(row)
+                    breakdowns.append((f"{isolation}, --jobs {jobs}", breakdown))
     print(f"Grading {options.students} correct submissions"
           + (f" and {options.loopers} that loop everywhere" if options.loopers else "")
           + f" ({options.exercises or 'every exercise'}), "
           f"{len(os.sched_getaffinity(0))} cores, as {'root' if os.geteuid() == 0 else 'a normal user'}"
           + (f", grader options {' '.join(extra)}" if extra else ""))
     print_table(["isolation", "jobs", "students", "wall s", "wall s / student", "median s in judge", "slowest s",
-                 "full marks", "points", "reference", "load"], rows)
+                 "full marks", "points", "reference", "100 students, min", "load"], rows)
+    print("(100 students, min: the calibration once, then 100 students at this run's rate; wall s includes the "
+          "calibration unless cached)")
+    for label, breakdown in breakdowns:
+        print_breakdown(label, breakdown)
 
 
 if __name__ == "__main__":

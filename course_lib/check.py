@@ -3,7 +3,7 @@
 The tests run in a separate pytest process against exercises/ (or `target=`), so a mistake in
 your code cannot hang or crash the notebook's kernel. Each test shows as it finishes, and a test
 that takes long says how long it may take. Each test gets the grader's time limit (4 × the reference
-solution's time, at least 5 s, as the instructor's grader computes it); check lets it run twice that
+solution's time, at least 3 s, as the instructor's grader computes it); check lets it run twice that
 long, and a test that passes only in that extra time is shown as "too slow" and earns nothing here,
 as it would earn nothing when graded. Where your code raised, the file, line and your own frames of
 the traceback show once under the table. `load_exercise("ex01")` imports your file as it is now, to

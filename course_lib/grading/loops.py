@@ -21,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass
 
-__all__ = ["Loop", "LoopedEarlier", "STOP_AFTER", "start_test", "deadline", "note", "loops_of", "stopped_message",
+__all__ = ["Loop", "LoopedEarlier", "STOP_AFTER", "reset", "start_test", "deadline", "note", "loops_of", "stopped_message",
            "looping_function", "disable_looped", "summary"]
 
 STOP_AFTER = 2  # tests of one exercise that ran out of time before its remaining tests are not run
@@ -49,6 +49,13 @@ class LoopedEarlier(BaseException):
 
 _current: dict = {"test": "", "deadline": None}
 _loops: dict[str, list[Loop]] = {}
+
+
+def reset() -> None:
+    """Forget every loop: each pytest session starts afresh (the wrong-answer and mutant workers run many in one
+    process, and a loop of one graded file must not fail the next file's tests)."""
+    _loops.clear()
+    _current.update(test="", deadline=None)
 
 
 def start_test(nodeid: str, limit: float | None) -> None:

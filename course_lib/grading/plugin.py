@@ -90,6 +90,7 @@ def pytest_configure(config):
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     load_hypothesis_profile()
+    loops.reset()
     folder = _target_folder(config)
     os.environ["COURSE_TARGET"] = str(folder)  # check() and the notebooks' own children find it here too
     config.course_target = folder
@@ -189,6 +190,12 @@ def pytest_collection_finish(session):
             collected.append(TestOutcome(item.nodeid, properties.get("points"), "collected",
                                          not_graded=properties.get("not_graded")).to_dict())
         append_record(path, {"collected": collected})
+    if _timed(session.config) and session.items:
+        from course_lib.grading.runner import warm_up_confined_ranks
+
+        # A sandbox that cannot start fails the judge here, loudly; and no test's time limit (the grader's, or
+        # check()'s, which has the grader's) pays for the fork server's start or a first process group.
+        warm_up_confined_ranks()
 
 
 _TIMED_OUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
@@ -245,13 +252,15 @@ _config = None
 def pytest_sessionstart(session):
     global _config
     _config = session.config
-    timed = session.config.getoption("--confine") or session.config.getoption("--test-timeouts")
-    if timed and not session.config.getoption("--collect-only"):
-        from course_lib.grading.runner import warm_up_confined_ranks
+    if _timed(session.config):
+        from course_lib.grading.runner import start_confined_fork_server
 
-        # A sandbox that cannot start fails the judge here, loudly; and no test's time limit (the grader's, or
-        # check()'s, which has the grader's) pays for starting the fork server.
-        warm_up_confined_ranks()
+        start_confined_fork_server()  # it imports torch while pytest collects the tests (seconds saved)
+
+
+def _timed(config) -> bool:
+    return bool(config.getoption("--confine") or config.getoption("--test-timeouts")) and not config.getoption(
+        "--collect-only")
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
+from course_lib.grading import time_rule
 from course_lib.instructor.grade.judge import build_judge, collect_expected
 from course_lib.instructor.grade.report import Result, write_gradebook, write_summary
 from course_lib.instructor.grade.sandbox import (Isolation, default_rlimit_as_gb, detect_isolation, gpu_present,
@@ -42,7 +43,7 @@ class GradeOptions:
     memory_limiter: str = "auto"  # auto, cgroup or watchdog
     calibrate: bool = True
     time_factor: float = 4.0
-    time_floor: float = 5.0
+    time_floor: float = time_rule.FLOOR
     use_cache: bool = True
     progress: bool = True
 

@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="no reference run: every test gets --test-timeout")
     parser.add_argument("--time-factor", type=float, default=time_rule.FACTOR,
                         help="a test's limit is this many times the reference solution's time (default 4)")
-    parser.add_argument("--time-floor", type=float, default=time_rule.FLOOR, help="... and at least this many seconds (default 5)")
+    parser.add_argument("--time-floor", type=float, default=time_rule.FLOOR, help="... and at least this many seconds (default 3)")
     parser.add_argument("--recalibrate", action="store_true", help="grade the reference again, not from the cache")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser

@@ -76,11 +76,20 @@ def results_json(result: Result, *, hidden_visibility: str = "hidden", preamble:
     # extra_data: Gradescope stores it and does not show it to the student; the instructor's record of the grading.
     data = {"score": result.earned(), "output": "\n\n".join([*preamble, summary, *epilogue]), "visibility": "visible",
             "stdout_visibility": "hidden",
-            "extra_data": {"isolation": result.isolation, "opened_outside_allow_list": result.outside},
+            "extra_data": {"isolation": result.isolation, "opened_outside_allow_list": result.outside,
+                           "seconds_per_exercise": _seconds_per_exercise(result)},
             "tests": tests}
     if execution_time is not None:
         data["execution_time"] = round(execution_time)
     return data
+
+
+def _seconds_per_exercise(result: Result) -> dict[str, float]:
+    """How long the judge spent in each exercise's tests (benchmarks/grade_class.py shows where a student's time goes)."""
+    seconds: dict[str, float] = {}
+    for t in result.tests:
+        seconds[t.exercise] = seconds.get(t.exercise, 0.0) + (t.duration or 0.0)
+    return {exercise: round(value, 2) for exercise, value in seconds.items()}
 
 
 def write_results_json(result: Result, path: Path) -> None:

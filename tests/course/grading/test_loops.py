@@ -157,3 +157,13 @@ def test_disabled_functions_raise_past_a_learners_except_exception(tmp_path):
         else:
             raise AssertionError("the looped function ran")
     assert module.triple(2) == 6
+
+
+def test_each_pytest_session_starts_without_the_loops_of_the_last():
+    # The wrong-answer and mutant workers run pytest in-process, one graded file after another: the plugin's
+    # pytest_configure calls reset(), so that a loop of one file cannot fail the next file's tests.
+    loops.start_test("tests/test_ex77_demo.py::test_x", 5.0)
+    loops.note("ex77", "double", 2)
+    assert loops.loops_of("ex77") and loops.deadline() is not None
+    loops.reset()
+    assert loops.loops_of("ex77") == [] and loops.deadline() is None and loops.stopped_message("ex77") is None
