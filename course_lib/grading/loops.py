@@ -6,10 +6,10 @@ From then on, in this pytest process:
 
 - that function raises `LoopedEarlier` at once in every later child (the test fails in a tenth of a second,
   saying which earlier test it looped in), instead of looping again to each test's limit;
-- the exercise's other tests run with the shorter limit `time_rule` gives tests after a loop (the reference's
-  time times the factor, at least LOOPED_FLOOR rather than FLOOR): a function that also loops costs less;
+- the exercise's other tests run with the limit `time_rule` gives tests after a loop (the reference's time
+  times the factor, at least LOOPED_FLOOR rather than FLOOR): a function that also loops costs less;
 - after STOP_AFTER tests of an exercise ran out of time, its remaining tests are not run (they fail at once,
-  saying why), so that an exercise whose every function loops costs about FLOOR + LOOPED_FLOOR seconds.
+  saying why), so that an exercise whose every function loops costs two tests' limits, not one per test.
 
 Other exercises are untouched: they keep their limits and their points.
 """

@@ -29,6 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course_lib.grading import time_rule
 from course_lib.grading.results import TestOutcome, read_report
 from course_lib.instructor.exercises import make_stub
 from course_lib.instructor.grade.gradescope import TORCH_CPU_INDEX, VENV, close_to_students, pinned_requirements
@@ -256,7 +257,7 @@ def test_the_zip_has_gradescopes_layout_and_no_solutions(gradescope):
     assert config["exercises"] == ["ex00", "ex05"] and config["exercise_files"] == ["ex00_warmup.py", "ex05_ddp.py"]
     # The limits were calibrated when the package was built, for every graded test, and are shipped.
     assert set(config["time_limits"]) == {t for t in config["graded_tests"] if "gpu" not in t}
-    assert all(5 <= seconds <= 120 for seconds in config["time_limits"].values())
+    assert all(time_rule.FLOOR <= seconds <= 120 for seconds in config["time_limits"].values())
 
 
 def test_setup_sh_is_valid_bash_and_installs_exactly_the_course_pins(tmp_path):
