@@ -107,7 +107,7 @@ class TimeRule:
 # ------------------------------------------------------------------------------------------------ the result
 
 
-_TIMEOUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout")
+_TIMEOUT = time_rule.TIMED_OUT
 _FRAME = re.compile(r'^(?P<indent>\s*)File "(?P<path>[^"]+)", line (?P<line>\d+)(?:, in (?P<function>.+))?$')
 
 

@@ -17,7 +17,6 @@ import importlib.util
 import json
 import linecache
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import cloudpickle
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
 from course_lib.dist.forkserver import preload
-from course_lib.grading import loops
+from course_lib.grading import loops, time_rule
 from course_lib.grading.results import unwritten_message
 
 __all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exercise_path", "load_exercise_file",
@@ -285,13 +284,11 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
             raise ExerciseStopped(f"{exercise}: {_note_loop(exercise, path, job)}{said}") from None
         raise explained from None
     except BaseException as error:  # noqa: BLE001 - the test's own time limit (pytest-timeout) raised in the wait
-        if not _TEST_TIME_LIMIT.match(str(error)):
+        if not time_rule.TIMED_OUT.match(str(error)):
             raise
         raise ExerciseStopped(f"{exercise}: {_note_loop(exercise, path, job)}{error}") from None
     return results if ranks else results[0]
 
-
-_TEST_TIME_LIMIT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout")
 
 
 def _stacks_after(timeout: float) -> float:

@@ -12,6 +12,8 @@ the tests (their median is 0.47 s), and lets a student whose every function loop
 
 from __future__ import annotations
 
+import re
+
 FACTOR = 4.0
 FLOOR = 3.0
 CEILING = 120.0
@@ -19,6 +21,8 @@ LOOPED_FLOOR = 1.0
 # The key, in a --test-timeouts file {nodeid: seconds}, of {nodeid: seconds} after a loop (limits_after_a_loop).
 # Every nodeid holds '::', so none can be this key.
 AFTER_A_LOOP = "after a loop"
+# What pytest-timeout says when a test runs out of its limit (the runner, check and the grader read it).
+TIMED_OUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout")
 
 
 def calibrated_limits(durations: dict[str, float], factor: float = FACTOR, floor: float = FLOOR,
