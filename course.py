@@ -43,15 +43,18 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the browser tests: playwright
+TEST_EXTRA = "test"  # and of the course's own suite: vermin (the Python 3.10 check), tomli on Python 3.10
 # Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
 CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 # Commands the course's own tests need from the system, and the Debian package of each.
@@ -246,11 +249,68 @@ def _pip_install(python: Path, plan: dict, torch: str, supported: tuple[str, str
                 say("installing the course and its packages (torch is large: a few minutes the first time)")
             wanted = plan["extras"]
             targets = ["-e", f"{ROOT}[{','.join(wanted)}]" if wanted else str(ROOT)]
-        result = subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
-                                 "-c", str(constraints), *targets])
-    if result.returncode != 0:
+        returncode = pip_with_progress([str(python), "-m", "pip", "install", "--disable-pip-version-check",
+                                        "-c", str(constraints), *targets])
+    if returncode != 0:
         sys.exit("[course] pip could not install the course; its message is above. Check your network "
                  "connection and disk space, then run the same command again.")
+
+
+PIP_HEARTBEAT = 10.0  # seconds: the most the install stays silent
+
+
+def pip_with_progress(command: list[str], heartbeat: float = PIP_HEARTBEAT) -> int:
+    """Run pip, showing its progress in a few lines instead of pip's hundreds (or, with -q, nothing for minutes).
+
+    Each package pip starts on is counted; a line says what it is doing at least every `heartbeat` seconds
+    ("[course] pip: 23 packages so far, now torchvision (1 min 5 s)"), and when it installs and has installed.
+    pip's warnings and errors (its stderr) are shown as pip prints them.
+    """
+    import threading
+    import time
+
+    started, state = time.monotonic(), {"said": time.monotonic(), "packages": 0, "now": "resolving", "lines": []}
+    lock, done = threading.Lock(), threading.Event()
+
+    def elapsed() -> str:
+        seconds = round(time.monotonic() - started)
+        return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
+
+    def tell(message: str) -> None:
+        with lock:
+            state["said"] = time.monotonic()
+        print(f"[course] pip: {message} ({elapsed()})", flush=True)
+
+    def heartbeat_loop() -> None:
+        while not done.wait(1.0):
+            if time.monotonic() - state["said"] >= heartbeat:
+                tell(f"{state['packages']} packages so far, now {state['now']}")
+
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, errors="replace")
+    thread = threading.Thread(target=heartbeat_loop, daemon=True)
+    thread.start()
+    try:
+        for line in process.stdout:
+            state["lines"] = (state["lines"] + [line.rstrip()])[-40:]
+            found = re.match(r"(Collecting|Requirement already satisfied:|Obtaining|Processing) +(\S+)", line)
+            if found:  # a name (torch==2.14.1, numpy), or a path or URL (the course itself: its last part)
+                state["packages"] += 1
+                state["now"] = re.split(r"[=<>!~\[;]", found.group(2).rstrip("/").rsplit("/", 1)[-1])[0]
+            elif line.startswith("Installing collected packages:"):
+                names = line.split(":", 1)[1].split(",")
+                state["now"] = f"installing {len(names)} packages"
+                tell(f"{state['packages']} packages resolved; installing {len(names)} of them")
+            elif line.startswith("Successfully installed"):
+                tell(f"installed {len(line.split()) - 2} packages")
+        returncode = process.wait()
+    finally:
+        done.set()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if returncode != 0 and state["lines"]:  # what pip printed last, for the message below
+        print("\n".join(state["lines"][-15:]), file=sys.stderr)
+    return returncode
 
 
 def optional_dependencies() -> dict[str, list[str]]:
@@ -343,11 +403,159 @@ def lab_command(python: Path, extra: list[str]) -> list[str]:
 
 def lab(python: Path, extra: list[str]) -> int:
     say(f"opening JupyterLab on {ROOT}, at {WELCOME}; your exercises are in exercises/ (stop it with Ctrl-C)")
-    return subprocess.call(lab_command(python, extra))
+    # Ctrl-C reaches JupyterLab as SIGTERM: it stops at once, with its kernels (SIGINT would ask "Shutdown this
+    # Jupyter server (y/[n])?" and carry on after 5 s without an answer). Of what runs outside its process group,
+    # only kernels and what they started are stopped: a web browser it opened stays open.
+    return run_child(lab_command(python, extra), interrupt=signal.SIGTERM, outside_group=_kernel_or_below)
+
+
+def _kernel_or_below(pid: int) -> bool:
+    """A Jupyter kernel, or a process it started: they have JPY_PARENT_PID in their environment (jupyter_client)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            return any(entry.startswith(b"JPY_PARENT_PID=") for entry in handle.read().split(b"\0"))
+    except OSError:
+        return False
 
 
 def pytest(python: Path, args: list[str]) -> int:
-    return subprocess.call([str(python), "-m", "pytest", *args], cwd=ROOT)
+    return run_child([str(python), "-m", "pytest", *args], cwd=ROOT)
+
+
+STOP_GRACE = 6.0  # seconds a stopped command has to stop what it started; then whatever is left is SIGKILLed
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+class Stopped(KeyboardInterrupt):
+    """The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP); course.py exits with 128 + its number."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run_child(command: list[str], cwd: Path | None = None, interrupt: int = signal.SIGINT,
+              outside_group=lambda pid: True) -> int:
+    """Run `command` and return its exit code; if this process is stopped, stop it and everything it started.
+
+    The command runs in a session of its own, so that it and what it starts can be signalled as one process group
+    (a terminal's Ctrl-C reaches it from here, once). Ctrl-C, SIGTERM or SIGHUP here is passed on to that group
+    (Ctrl-C as `interrupt`); STOP_GRACE seconds later, whatever is still running is SIGKILLed: the group, and every
+    process below this one for which `outside_group(pid)` holds, even in a session of its own (a kernel, a judge, a
+    browser of the tests) or orphaned meanwhile (this process adopts them, as a Linux "subreaper"). Then Stopped is
+    raised.
+    """
+    received: list[tuple[int, float]] = []  # (signal, when)
+    process: subprocess.Popen | None = None
+    below_at_signal: dict[int, int] = {}  # pid -> start time of every process below this one at the first signal
+
+    def pass_on(signum: int) -> None:
+        if process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, interrupt if signum == signal.SIGINT else signum)
+
+    def on_signal(signum, frame) -> None:
+        if not received:
+            _adopt_orphans()
+            below_at_signal.update(_below(os.getpid(), _processes()))
+        received.append((signum, time.monotonic()))
+        pass_on(signum)
+
+    handled = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    previous = {number: signal.signal(number, on_signal) for number in handled}
+    try:
+        process = subprocess.Popen(command, cwd=cwd, start_new_session=True)
+        if received:  # a signal came while the command was being started
+            pass_on(received[0][0])
+        while process.poll() is None and not received:
+            time.sleep(0.2)  # polled: a signal handler cannot end a blocking wait
+        if not received:
+            return process.returncode
+        signum, when = received[0]
+        _stop_everything(process, below_at_signal, when + STOP_GRACE, signum, outside_group)
+        raise Stopped(signum)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if process is not None and process.poll() is None:  # an error here: never leave the command behind
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _stop_everything(process: subprocess.Popen, below_at_signal: dict[int, int], deadline: float, signum: int,
+                     outside_group) -> None:
+    """Wait until the stopped command and everything below this process (that `outside_group` takes) are gone, up to
+    `deadline`; then SIGKILL what is left, and reap what this process adopted."""
+    def left() -> set[int]:
+        everything = _processes()
+        known = {pid for pid, start in below_at_signal.items() if everything.get(pid, (0, None))[1] == start}
+        return {pid for pid in (set(_below(os.getpid(), everything)) | known) - {os.getpid()}
+                if pid == process.pid or outside_group(pid)}
+
+    while time.monotonic() < deadline and (process.poll() is None or left()):
+        time.sleep(0.05)
+    killed = set()
+    for _ in range(20):  # a killed parent's children come to this process: again until none is left
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        pids = left()
+        if not pids and process.poll() is not None:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed |= pids
+        time.sleep(0.05)
+    process.wait()
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    if killed:
+        say(f"{len(killed)} processes were still running {STOP_GRACE:g} s after {signal.Signals(signum).name}: "
+            "killed")
+
+
+def _processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent's pid, start time) of every live process, from Linux's /proc ({} without one)."""
+    found = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+                if fields[0] != b"Z":  # a zombie has ended already
+                    found[int(entry)] = (int(fields[1]), int(fields[19]))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _below(top: int, everything: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """pid -> start time of every process below `top`."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _) in everything.items():
+        children.setdefault(parent, []).append(pid)
+    found, todo = {}, [top]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found[child] = everything[child][1]
+            todo.append(child)
+    return found
+
+
+def _adopt_orphans() -> None:
+    """Linux: processes below this one whose parent dies come to this one (not to init), so they are still found."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
 
 
 def suite_workers(pytest_args: list[str], cores: int | None = None) -> list[str]:
@@ -396,14 +604,16 @@ def main(argv: list[str]) -> int:
         sys.exit("[course] say which exercise, e.g.  python3 course.py check ex01")
     python = environment_python()
     browser = command == "test" and wants_browser_tests(extra)
-    install(python, (BROWSER_EXTRA,) if browser else ())
+    install(python, ((TEST_EXTRA,) if command == "test" else ()) + ((BROWSER_EXTRA,) if browser else ()))
     if browser:
         prepare_browser()
     if command == "lab":
         return lab(python, extra)
     if command in PASSTHROUGH:
         arguments, in_root = PASSTHROUGH[command]
-        return subprocess.call([str(python), *arguments, *extra], cwd=ROOT if in_root else None)
+        if command == "python" and os.name == "posix":  # the course's Python itself, its signals and terminal its own
+            os.execv(str(python), [str(python), *extra])
+        return run_child([str(python), *arguments, *extra], cwd=ROOT if in_root else None)
     if not (ROOT / "solutions").is_dir():  # a student release: grade the learner's own files
         say("no solutions/ here (a student release): running every test against your exercises/")
         return pytest(python, ["tests", "--target", "exercises", *extra])
@@ -414,12 +624,14 @@ def main(argv: list[str]) -> int:
     failed = []
     for step, (what, check) in enumerate(checks, 1):
         say(f"step {step}/3: {what}")
-        if subprocess.call([str(python), "-m", "course_lib.instructor.selfcheck", check], cwd=ROOT) != 0:
+        if run_child([str(python), "-m", "course_lib.instructor.selfcheck", check], cwd=ROOT) != 0:
             failed.append(check)
     workers = suite_workers(extra)
     say("step 3/3: the whole suite against the solutions (course library, notebooks, graded tests)"
         + (f", in {workers[1]} pytest workers (pytest-xdist: a test file, or one lesson in the browser, per worker)" if workers else ""))
-    code = pytest(python, ["tests", "--target", "solutions", *workers, *extra])
+    # suite_progress: how many tests, then at least every 30 s how many are done, failed, and the time left
+    code = pytest(python, ["tests", "--target", "solutions", "-p", "course_lib.instructor.suite_progress",
+                           *workers, *extra])
     if failed:
         say(f"the self-check(s) above FAILED: {', '.join(failed)}")
         return 1
@@ -429,5 +641,5 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
-    except KeyboardInterrupt:  # Ctrl-C: the command below has been told too, and says what it stopped
-        sys.exit(130)
+    except KeyboardInterrupt as stopped:  # the command below was stopped too (run_child), and says what it stopped
+        sys.exit(128 + getattr(stopped, "signum", signal.SIGINT))

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib import paths
+from course_lib import paths, stopping
 from course_lib.tables import plural
 from course_lib.grading import time_rule
 from course_lib.grading.results import TestOutcome, read_report, unwritten
@@ -529,8 +529,10 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
         if select:
             command += ["-k", select]
         with open(Path(scratch) / "output.txt", "w+", encoding="utf-8", errors="replace") as log:
+            # A session of its own: its ranks too are stopped with it. It dies with this process, even SIGKILLed
+            # (a kernel that JupyterLab kills while check runs in it).
             process = subprocess.Popen(command, cwd=paths.ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)  # its ranks too are stopped with it
+                                       start_new_session=True, env={**os.environ, **stopping.dies_with_me()})
             note = ""
             try:
                 note = _follow(process, report_path, limits, ceiling, timeout, progress, result_of)
@@ -674,8 +676,13 @@ def main(argv: list[str] | None = None) -> int:
     if options.exercise is None:
         parser.error(f"say which exercise to check: {', '.join(known) or 'none'}")
     progress = BarProgress(options.exercise, notebook=False)
-    result = run_check(options.exercise, options.target, progress=progress, reference_times=options.reference_times,
-                       select=options.select)
+    stopping.stop_like_ctrl_c()  # SIGTERM too stops the tests and every process they started
+    try:
+        result = run_check(options.exercise, options.target, progress=progress,
+                           reference_times=options.reference_times, select=options.select)
+    except KeyboardInterrupt:
+        print(f"\n{options.exercise}: stopped; the tests did not finish", file=sys.stderr)
+        return 130
     print(result.format(verbose=options.verbose))
     return 0 if result.all_passed else 1
 

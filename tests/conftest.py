@@ -22,8 +22,8 @@ import pytest
 # Path suffixes of the units that take minutes, longest first (per lesson for the browser lessons' file).
 LONG_FIRST = ("instructor/test_grade.py", "instructor/test_grade_limits.py", "instructor/test_gradescope.py",
               "browser/test_lessons_in_browser.py",
-              "browser/test_exercise_in_browser.py", "multinode/test_torchrun_multinode.py", "toolkit/test_check.py",
-              "setup/test_setup.py")
+              "browser/test_exercise_in_browser.py", "setup/test_stopping.py", "instructor/test_stopping_grader.py",
+              "multinode/test_torchrun_multinode.py", "toolkit/test_check.py", "setup/test_setup.py")
 PER_LESSON = "browser/test_lessons_in_browser.py"
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from course_lib import paths
+from course_lib import paths, stopping
 from course_lib.grading import loops, time_rule
 from course_lib.grading.results import TestOutcome, append_record, exercise_of
 
@@ -87,6 +87,11 @@ def _target_folder(config) -> Path:
 
 
 def pytest_configure(config):
+    # SIGTERM stops pytest as Ctrl-C does: the tests' `finally` blocks and fixtures stop the ranks, servers, browsers
+    # and judges they started (SIGTERM's default would end this process at once and leave them running). And where
+    # the process that started this pytest asked (check, the grader's judges), it dies with that process.
+    config.course_signals = _stop_like_ctrl_c(config)
+    stopping.die_with_parent_if_asked()
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
     load_hypothesis_profile()
@@ -104,6 +109,18 @@ def pytest_configure(config):
         from course_lib.grading.confinement import Confinement
 
         runner.confine_learner_code(Confinement.from_file(confine))
+
+
+def _stop_like_ctrl_c(config) -> dict:
+    """SIGTERM as Ctrl-C. Under pytest-xdist, the controller passes SIGINT and SIGTERM on to what runs below it in
+    its process group, as a terminal's Ctrl-C reaches it (its workers, their fork servers): a signal to the controller
+    alone would leave the workers in their tests until xdist SIGKILLs them 10 s later, with whatever they started.
+    A worker takes the first of the two it gets when the whole group was signalled (by course.py, or a terminal)."""
+    if hasattr(config, "workerinput"):
+        return stopping.stop_like_ctrl_c(stopping.interrupt_once, sigint=True)
+    if config.getoption("numprocesses", None):
+        return stopping.stop_like_ctrl_c(stopping.interrupt_children, sigint=True)
+    return stopping.stop_like_ctrl_c()
 
 
 @pytest.fixture
@@ -275,3 +292,7 @@ def pytest_sessionfinish(session, exitstatus):
                   f"{guard.limit / 2**30:g} GiB; processes killed: {kills}", flush=True)
     if session.config.course_report:
         append_record(session.config.course_report, {"exitstatus": int(exitstatus)})
+
+
+def pytest_unconfigure(config):
+    stopping.restore(getattr(config, "course_signals", {}))  # pytest.main() run in-process: its caller's handlers

@@ -8,8 +8,11 @@ other instructor's tools (course_lib/instructor/, course_lib/grade.py, course_li
 tests (tests/course/; the graded tests tests/test_exNN_*.py ship, as `check` runs them), benchmarks/ (they time
 the solutions), docs/, .ci/ and build leftovers. Writes exercises/ afresh from solutions/ (so an instructor's own
 attempts in exercises/ never ship), and a learner's README.md (learner_README.md beside this file) in place of
-the repository's. Then checks that no solution block appears anywhere in the release (a notebook or a test that
-quotes the answer) and refuses if one does.
+the repository's. Writes every notebook in its clean form (`clean_notebook`: the form the lessons are committed
+in, which tests/course/notebooks checks), whatever the working tree holds (a notebook opened in JupyterLab, or
+run, carries outputs, execution counts, the kernel's language_info and cell timings), and says what it cleared; a
+notebook that is already clean is copied byte for byte. Then checks that no solution block appears anywhere in
+the release (a notebook or a test that quotes the answer) and refuses if one does.
 """
 
 from __future__ import annotations
@@ -23,11 +26,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
+
 from course_lib.instructor.exercises import BEGIN, END, expected_stubs
 
 from course_lib.paths import ROOT
 
-__all__ = ["make_release", "solution_blocks", "find_leaks"]
+__all__ = ["make_release", "solution_blocks", "find_leaks", "clean_notebook", "write_notebook"]
 
 LEFT_OUT = {"solutions", "benchmarks", ".ci", ".git", ".venv", "exercises", "grades", "release", "build", "docs"}
 # The instructor's and the course developers' files below the top level: the grader, the stub maker, the
@@ -37,6 +42,19 @@ LEFT_OUT_PATHS = ("course_lib/instructor", "course_lib/grade.py", "course_lib/ex
 LEARNER_README = Path(__file__).with_name("learner_README.md")  # the release's README.md
 LEFT_OUT_SUFFIXES = (".pyc", ".egg-info")
 MIN_LEAK_CHARS = 40  # shorter blocks (one `return x`) match too much by chance
+
+# A clean notebook's metadata, as every lesson is committed: the kernel every learner has (JupyterLab writes the
+# running kernel's spec over it, which may be an instructor's own), and of language_info only the name (a kernel
+# adds its Python version, mimetype, lexer...). Every other notebook-level key goes (ipywidgets' saved widget state,
+# an editor's or extension's settings).
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {"name": "python"}
+# Cell metadata that running or viewing a cell writes: JupyterLab's recordTiming (`execution`), a scrolled or
+# collapsed output, collapsed headings, jupyter_contrib's ExecuteTime, papermill's, VS Code's and PyCharm's
+# bookkeeping. An author's keys stay (`tags`, `editable`, `deletable`, `slideshow`, a hidden cell's
+# `jupyter.source_hidden`); the lessons use no cell metadata today.
+TRANSIENT_CELL_METADATA = ("execution", "collapsed", "scrolled", "ExecuteTime", "heading_collapsed", "hidden",
+                           "jp-MarkdownHeadingCollapsed", "papermill", "vscode", "pycharm", "trusted")
 
 
 def _course_files(root: Path) -> list[Path]:
@@ -99,6 +117,70 @@ def _text_of(path: Path) -> str | None:
     return _normalise(raw)
 
 
+def clean_notebook(notebook: nbformat.NotebookNode) -> list[str]:
+    """Clear, in place, what running or opening a notebook adds (outputs, execution counts, kernel metadata,
+    cell timings, widget state); return what was cleared, in words, e.g. ["outputs of 5 cells", "kernel metadata"]
+    ([] for a clean notebook)."""
+    outputs = counts = 0
+    cell_keys: dict[str, int] = {}
+    for cell in notebook.cells:
+        if cell.get("cell_type") == "code":
+            outputs += bool(cell.get("outputs"))
+            counts += cell.get("execution_count") is not None
+            cell["outputs"], cell["execution_count"] = [], None
+        metadata = cell.setdefault("metadata", nbformat.NotebookNode())
+        dropped = [key for key in TRANSIENT_CELL_METADATA if key in metadata]
+        if isinstance(metadata.get("jupyter"), dict) and "outputs_hidden" in metadata["jupyter"]:
+            dropped.append("jupyter.outputs_hidden")
+            del metadata["jupyter"]["outputs_hidden"]
+            if not metadata["jupyter"]:
+                del metadata["jupyter"]
+        for key in dropped:
+            metadata.pop(key, None)
+            cell_keys[key] = cell_keys.get(key, 0) + 1
+    cleared = [f"outputs of {outputs} cell{'s' * (outputs != 1)}"] if outputs else []
+    cleared += [f"{counts} execution count{'s' * (counts != 1)}"] if counts else []
+    metadata = notebook.setdefault("metadata", nbformat.NotebookNode())
+    if metadata.get("kernelspec") != KERNELSPEC or metadata.get("language_info") != LANGUAGE_INFO:
+        cleared.append("kernel metadata")
+    others = sorted(key for key in metadata if key not in ("kernelspec", "language_info"))
+    cleared += [f"notebook metadata {', '.join(others)}"] if others else []
+    cleared += [f"cell metadata {key} ({cell_keys[key]} cell{'s' * (cell_keys[key] != 1)})"
+                for key in (*TRANSIENT_CELL_METADATA, "jupyter.outputs_hidden") if key in cell_keys]
+    notebook["metadata"] = nbformat.from_dict({"kernelspec": KERNELSPEC, "language_info": LANGUAGE_INFO})
+    return cleared
+
+
+def write_notebook(notebook: nbformat.NotebookNode, path: Path) -> None:
+    """Write in the layout of the repository's notebooks (JupyterLab's: nbformat's JSON, indent 1, sorted keys,
+    a newline at the end)."""
+    nbformat.write(notebook, str(path))
+
+
+def _release_notebook(source: Path, target: Path) -> list[str]:
+    """Copy a notebook into the release in its clean form; return what was cleared ([]: copied byte for byte)."""
+    try:
+        notebook = nbformat.read(str(source), as_version=4)
+    except Exception as error:  # not JSON, or not a notebook nbformat knows
+        raise ValueError(f"not a notebook nbformat can read ({type(error).__name__}: {error})") from error
+    cleared = clean_notebook(notebook)
+    if cleared:
+        write_notebook(notebook, target)
+    else:
+        shutil.copy2(source, target)
+    return cleared
+
+
+def _notebooks_line(cleared: dict[Path, list[str]]) -> str:
+    """The one line `release` prints about the notebooks."""
+    dirty = {path: what for path, what in cleared.items() if what}
+    names = {path: path.name if path.parent == Path("notebooks") else path.as_posix() for path in dirty}
+    line = f"notebooks: outputs, execution counts and kernel metadata cleared in {len(dirty)} of {len(cleared)}"
+    if dirty:
+        return line + " (" + "; ".join(f"{names[p]}: {', '.join(what)}" for p, what in dirty.items()) + ")"
+    return line + (" (all were clean)" if cleared else "")
+
+
 def find_leaks(folder: Path, blocks: list[tuple[str, str]]) -> list[str]:
     """Files in `folder` that contain a solution block, or a solution marker."""
     leaks = []
@@ -127,14 +209,22 @@ def make_release(out: Path, root: Path = ROOT, allow_leaks: bool = False) -> lis
     stubs = expected_stubs(root / "solutions")
     if not stubs:
         raise SystemExit(f"error: no solutions/ex*.py in {root}: nothing to make stubs from")
-    written = []
+    written, cleared = [], {}
     for relative in _course_files(root):
         if not _released(relative):
             continue
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(root / relative, target)
+        if relative.suffix == ".ipynb":
+            try:
+                cleared[relative] = _release_notebook(root / relative, target)
+            except ValueError as error:
+                shutil.rmtree(out)
+                raise SystemExit(f"error: release not made: {relative} is {error}") from error
+        else:
+            shutil.copy2(root / relative, target)
         written.append(relative)
+    print(_notebooks_line(cleared))
     (out / "README.md").write_text(LEARNER_README.read_text(encoding="utf-8"), encoding="utf-8")
     written.append(Path("README.md"))
     (out / "exercises").mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from course_lib import stopping
 from course_lib.grading.results import read_report
 from course_lib.instructor.exercises import expected_stubs
 from course_lib.paths import ROOT, SOLUTIONS
@@ -34,7 +35,7 @@ def _pytest(args: list[str], report: Path) -> int:
 
     command = [sys.executable, "-m", "pytest", *args, "--course-report", str(report), "-q", "-p", "no:cacheprovider"]
     return subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                          env={**os.environ, **WORKER_ENVIRONMENT}).returncode
+                          env={**os.environ, **WORKER_ENVIRONMENT, **stopping.dies_with_me()}).returncode
 
 
 def stubs_fail(exercises: list[str] | None = None) -> bool:
@@ -52,9 +53,12 @@ def stubs_fail(exercises: list[str] | None = None) -> bool:
         folder.mkdir()
         for name, text in expected_stubs(SOLUTIONS).items():
             (folder / name).write_text(text)
-        _pytest([*tests, "-m", "points", "--target", str(folder)], Path(tmp) / "stubs.jsonl")
         _pytest([*tests, "-m", "points", "--target", "solutions", "--collect-only"], Path(tmp) / "collected.jsonl")
-        ran, collected = read_report(Path(tmp) / "stubs.jsonl"), read_report(Path(tmp) / "collected.jsonl")
+        collected = read_report(Path(tmp) / "collected.jsonl")
+        if collected is not None and collected.collected is not None:
+            say(f"{len(collected.collected)} graded tests, run once against the stubs (about 2 minutes on 2 cores)")
+        _pytest([*tests, "-m", "points", "--target", str(folder)], Path(tmp) / "stubs.jsonl")
+        ran = read_report(Path(tmp) / "stubs.jsonl")
     if ran is None or collected is None or collected.collected is None:
         say("FAILED: pytest wrote no report for the stub run")
         return False
@@ -95,4 +99,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    stopping.stop_like_ctrl_c()  # SIGTERM too stops the check, with the pytest runs and workers it started
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        say("stopped; the check did not finish")
+        sys.exit(130)

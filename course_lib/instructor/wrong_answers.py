@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from course_lib import stopping
 from course_lib.grading.results import read_report
 from course_lib.paths import ROOT
 
@@ -284,7 +285,7 @@ def run_in_workers(jobs: list[GradingJob], root: Path, scratch: Path, workers: i
     for index, job in enumerate(jobs):
         (queue / f"{index:06d}.json").write_text(json.dumps({"args": job.args, "report": str(job.report)}))
     results: dict[int, JobResult] = {}
-    env = {**os.environ, **WORKER_ENVIRONMENT}
+    env = {**os.environ, **WORKER_ENVIRONMENT, **stopping.dies_with_me()}  # a worker dies with this process
     alive: list[tuple[subprocess.Popen, Path]] = []
     seen_log: dict[int, Path] = {}  # the log of the worker seen running each job
     started_workers = 0
@@ -350,6 +351,7 @@ def run_in_workers(jobs: list[GradingJob], root: Path, scratch: Path, workers: i
 def _worker(queue: Path) -> int:
     """Take jobs from the queue folder one at a time and run pytest in this one process for each: torch and the
     ranks' fork server start only once. A job is claimed by renaming its file into ../running/<pid>-<n>.json."""
+    stopping.die_with_parent_if_asked()  # killed with the check (run_in_workers), whatever stops it
     import pytest
     import torch  # noqa: F401  what every graded test imports: once, before the first job's clock starts
 
@@ -477,4 +479,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    stopping.stop_like_ctrl_c()  # SIGTERM too stops the workers (run_in_workers' finally)
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("stopped; the check did not finish", file=sys.stderr)
+        sys.exit(130)

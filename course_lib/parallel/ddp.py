@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from course_lib.parallel.streams import Span, draw_timeline
+from course_lib.sliders import log_slider
 from course_lib.tables import plural
 
 __all__ = ["Link", "LINKS", "all_reduce_time", "fit_link", "parameter_bytes", "bucket_sizes", "StepEstimate",
@@ -528,6 +529,7 @@ def ddp_explorer(measured: Mapping[int, float] | None = None,
         bucket_cap_mb=widgets.SelectionSlider(options=bucket_choices, value=bucket_cap_mb,
                                               description="bucket_cap_mb (0: per parameter)", style=wide),
         overlap=widgets.Checkbox(value=overlap, description="overlap all-reduce with backward", style=wide),
-        compute_ms=widgets.FloatLogSlider(value=compute_ms, base=10, min=-1, max=4, step=0.05,
-                                          description="compute per step (ms)", style=wide),
+        # from 0.1 to 10^4 ms, starting at compute_ms (a plain FloatLogSlider would show 34.5 as 35.5 in the browser)
+        compute_ms=log_slider(compute_ms, min(0.1, compute_ms), max(1e4, compute_ms),
+                              description="compute per step (ms)", style=wide),
     )

@@ -97,7 +97,7 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
         if o.calibrate and SOLUTIONS.is_dir():
             limits = calibrate(s, uids[0], o.time_factor, o.time_floor, o.jobs, o.use_cache)
             limits.write(out / "time_limits.json")
-            print(limits.summary(), file=sys.stderr, flush=True)
+            print(limits.summary(out / "time_limits.json"), file=sys.stderr, flush=True)
             if limits.reference_memory_peak_bytes > s.memory_bytes / 2:
                 print(f"WARNING: the reference solutions used {limits.reference_memory_peak_bytes / GiB:.1f} GiB of "
                       f"memory, more than half of --memory-gb {o.memory_gb:g}: honest students may hit it",

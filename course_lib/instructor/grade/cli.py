@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import time
 from pathlib import Path
 
+from course_lib import stopping
 from course_lib.grading import time_rule
 from course_lib.instructor.grade.classroom import GradeOptions, grade_class
 from course_lib.instructor.grade.report import STATUSES
@@ -75,12 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     if options.jobs < 1 or options.timeout <= 0 or options.test_timeout <= 0 or options.memory_gb <= 0:
         parser.error("--jobs, --timeout, --test-timeout and --memory-gb must be positive")
     exercises = [e.strip() for e in options.exercises.split(",") if e.strip()] if options.exercises else None
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt(f"stopped by signal {signum}")
-
-    signal.signal(signal.SIGTERM, interrupted)  # like Ctrl-C: the running judges are stopped, not left behind
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # started in the background by a shell
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    # SIGTERM and SIGHUP as Ctrl-C (also where a shell started this in the background, with SIGINT ignored): the
+    # running judges are stopped, not left behind.
+    stopping.stop_like_ctrl_c()
     started = time.monotonic()
     try:
         results = grade_class(options.submissions, options.out, GradeOptions(

@@ -6,8 +6,10 @@
 Builds the zip Gradescope asks for (its "Autograder Specifications": setup.sh and run_autograder at the root,
 the rest unpacked to /autograder/source). Inside: the course library, the graded tests of the chosen exercises,
 the hidden tests, each test's time limit (calibrated here, now, from the reference solutions, and never again),
-the course's pinned requirements, and settings/gradescope.json, which says what was built. The reference solutions are not
-in it: no graded test reads them.
+the course's pinned requirements (only those grading imports: no JupyterLab, widgets or plots), and
+settings/gradescope.json, which says what was built. The reference solutions are not in it: no graded test reads
+them. Beside the zip, autograder.time_limits.json (named after --out) holds each test's limit as a table: its
+reference time, its limit and how the rule gave it.
 
 On Gradescope, setup.sh runs once when the image is built (apt: Python, bubblewrap; pip: the course's pins, CPU
 torch); run_autograder runs once per submission and calls `run` below, which grades /autograder/submission with
@@ -43,6 +45,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib import stopping
 from course_lib.grading import time_rule
 from course_lib.grading.results import exercise_of
 from course_lib.paths import EXERCISES, ROOT, SOLUTIONS, TESTS
@@ -58,19 +61,48 @@ MAX_LISTED = 2000  # names looked at in one submission, to say what a misnamed f
 # ---------------------------------------------------------------------------------------------- the package
 
 
-def pinned_requirements() -> tuple[list[str], list[str]]:
-    """(pyproject.toml's dependencies, constraints.txt's pins): what setup.sh installs, exactly."""
-    text = (ROOT / "pyproject.toml").read_text()
-    try:
-        import tomllib  # Python 3.11 and later
+# pyproject.toml's dependencies that grading never imports, left out of the autograder's requirements.txt: the
+# graded tests, course_lib.grading and the grader import none of them (tests/course/instructor/test_gradescope.py
+# imports them all with these packages hidden). numpy, which graded tests import, comes with torchvision.
+NOT_FOR_GRADING = {
+    "jupyterlab": "the lessons' JupyterLab",
+    "ipywidgets": "the lessons' sliders and explorers",
+    "matplotlib": "the lessons' plots and diagrams",
+    "nbclient": "runs the lessons (the course's own tests)",
+    "nbformat": "reads the lessons (the course's own tests)",
+    "ipykernel": "the lessons' Python kernel",
+    "pytest-xdist": "the course's own suite on several workers; the judge runs one pytest per submission",
+    "tqdm": "the class grader's progress bar, which Gradescope's run turns off",
+}
 
-        dependencies = list(tomllib.loads(text)["project"]["dependencies"])
-    except ImportError:  # 3.10: the one list this needs, read by hand
-        block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
-        dependencies = re.findall(r'^\s*"([^"]+)",?\s*(?:#.*)?$', block, re.M)
+
+# What setup.sh imports once installed: requirements.txt's packages, and numpy that torchvision brings.
+GRADING_IMPORTS = "torch, torchvision, numpy, pytest, pytest_timeout, hypothesis, cloudpickle"
+
+
+def requirement_name(requirement: str) -> str:
+    """'pytest-timeout>=2.3' -> 'pytest-timeout' (lower case, '_' and '.' as '-', as pip compares them)."""
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1)).lower()
+
+
+def pyproject_dependencies() -> list[str]:
+    """pyproject.toml's [project] dependencies, read without tomllib (Python 3.10 has none)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
+    return re.findall(r'^\s*"([^"]+)",?\s*(?:#.*)?$', block, re.M)
+
+
+def pinned_requirements() -> tuple[list[str], list[str]]:
+    """(requirements.txt: pyproject.toml's dependencies less NOT_FOR_GRADING, constraints.txt's pins): what setup.sh
+    installs, exactly."""
+    dependencies = pyproject_dependencies()
+    unknown = set(NOT_FOR_GRADING) - {requirement_name(d) for d in dependencies}
+    if unknown:  # a package renamed or dropped in pyproject.toml: say so rather than install what was meant to go
+        raise RuntimeError(f"NOT_FOR_GRADING names {sorted(unknown)}, which pyproject.toml's dependencies lack")
+    requirements = [d for d in dependencies if requirement_name(d) not in NOT_FOR_GRADING]
     pins = [line.strip() for line in (ROOT / "constraints.txt").read_text().splitlines()
             if line.strip() and not line.lstrip().startswith("#")]
-    return dependencies, pins
+    return requirements, pins
 
 
 def setup_script(pins: list[str]) -> str:
@@ -88,7 +120,7 @@ python3 -m venv {VENV}
 {VENV}/bin/python -m pip install --upgrade pip
 {VENV}/bin/python -m pip install --index-url {TORCH_CPU_INDEX} {cpu_wheels}
 {VENV}/bin/python -m pip install -r /autograder/source/requirements.txt -c /autograder/source/constraints.txt
-{VENV}/bin/python -c "import torch, pytest, hypothesis; print('ready: torch', torch.__version__)"
+{VENV}/bin/python -c "import {GRADING_IMPORTS}; print('ready: torch', torch.__version__)"
 """
 
 
@@ -98,8 +130,17 @@ RUN_AUTOGRADER = f"""#!/usr/bin/env bash
 root="${{AUTOGRADER_ROOT:-/autograder}}"
 python="${{COURSE_PYTHON:-{VENV}/bin/python}}"
 cd "$root/source" || exit 1
-"$python" -m course_lib.instructor.grade.gradescope run --root "$root"
+# In the background, so that a signal to this script (SIGTERM, Ctrl-C) reaches the grader at once, which stops the
+# judge and every process of the student's before it writes results.json (bash alone would wait for it to finish).
+"$python" -m course_lib.instructor.grade.gradescope run --root "$root" &
+grader=$!
+trap 'kill -TERM "$grader" 2>/dev/null' TERM INT HUP
+wait "$grader"
 code=$?
+while kill -0 "$grader" 2>/dev/null; do  # wait ended for a signal: wait for the grader itself
+  wait "$grader"
+  code=$?
+done
 if [ ! -s "$root/results/results.json" ]; then
   # Python itself failed before writing anything: a results.json all the same, never a crashed autograder.
   mkdir -p "$root/results"
@@ -152,7 +193,10 @@ def build(out: Path, o: BuildOptions) -> dict:
         # by how much fewer Gradescope's container has than the ranks had here.
         slower = max(1.0, min(usable_cores(), 3) / o.cpus)
         limits = calibrate(s, claim.uids[0] if claim else None, o.time_factor * slower, o.time_floor, 1, o.use_cache)
-        print(limits.summary(), file=sys.stderr, flush=True)
+        table = limits_table_path(out)  # the instructor's copy; the package carries the limits in CONFIG
+        out.parent.mkdir(parents=True, exist_ok=True)
+        limits.write(table)
+        print(limits.summary(table), file=sys.stderr, flush=True)
         config = {
             "exercises": exercises,
             "exercise_files": sorted(p.name for e in exercises for p in EXERCISES.glob(f"{e}_*.py")),
@@ -179,6 +223,11 @@ def build(out: Path, o: BuildOptions) -> dict:
         if claim is not None:
             claim.release()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def limits_table_path(out: Path) -> Path:
+    """Where build writes each test's time limit as a table: beside the zip (autograder.time_limits.json)."""
+    return out.with_name(f"{out.stem}.time_limits.json")
 
 
 def usable_cores() -> int:
@@ -384,9 +433,12 @@ def run(root: Path) -> int:
         data = _grade(root, started)
     except BaseException as error:  # noqa: BLE001 - whatever happens, Gradescope gets a results.json
         traceback.print_exc()
+        why = ("it was stopped before it finished (SIGTERM or Ctrl-C), not by your code"
+               if isinstance(error, KeyboardInterrupt) else
+               f"an error in the grader, not in your code ({type(error).__name__})")
         data = {"score": 0.0, "execution_time": round(time.monotonic() - started),
-                "output": "The autograder could not grade this submission: an error in the grader, not in your "
-                          f"code ({type(error).__name__}). Your instructor can see the details in its output.",
+                "output": f"The autograder could not grade this submission: {why}. Your instructor can see the "
+                          "details in its output.",
                 "visibility": "visible", "stdout_visibility": "hidden", "tests": []}
     partial = results.with_name("results.json.part")
     partial.write_text(json.dumps(data, indent=1) + "\n")
@@ -476,6 +528,9 @@ def student_summary(result) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # SIGTERM (run_autograder passes its signals on as SIGTERM) stops the judge and the student's processes, as
+    # Ctrl-C does; Ctrl-C works although run_autograder starts this in the background, where SIGINT is ignored.
+    stopping.stop_like_ctrl_c()
     if argv[:1] == ["run"]:
         parser = argparse.ArgumentParser(prog="run_autograder", description="grade one Gradescope submission")
         parser.add_argument("run")

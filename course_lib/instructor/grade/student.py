@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib import stopping
 from course_lib.grading.confinement import Confinement
 from course_lib.grading.results import Report, TestOutcome, read_report
 from course_lib.instructor.grade.bwrap import (SandboxSpec, bwrap_argv, readable_paths, write_sandbox_etc,
@@ -189,7 +190,10 @@ def run_judge(name: str, files: dict[str, bytes], slot: int, uid: int | None, s:
 def _run(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: int | None) -> int | None:
     """Run the judge; its exit code, or None if the per-student time limit ran out."""
     with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=s.judge.folder, env=judge_env(scratch, s.isolation.mode == "bwrap"),
+        # A session of its own, killed as a group (_stop); and it dies with the grader, even a SIGKILLed one (its
+        # sandbox with it: bwrap --die-with-parent).
+        process = subprocess.Popen(command, cwd=s.judge.folder,
+                                   env={**judge_env(scratch, s.isolation.mode == "bwrap"), **stopping.dies_with_me()},
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         _running[process.pid] = (process, uid)

@@ -41,6 +41,13 @@ needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None,
                                  reason=f"the allow-list sandbox is NOT tested here: {BWRAP_PROBLEM}")
 
 
+# The grader's tests grade for minutes in module fixtures, longer on a busy machine. Each grading has the limits the
+# grader itself sets (each test's calibrated limit, each student's --timeout, a package's timeout) and the tests add
+# JUDGE_START for a judge to start; pytest-timeout's HANG_GUARD on the tests that set them up only catches a hang.
+JUDGE_START = 120  # seconds
+HANG_GUARD = 3600  # seconds
+
+
 # These tests test the grader, not ex00 (whose full property tests run in the graded suite): its judges draw two
 # inputs per property test besides the explicit examples, which is what decides each student's verdict here.
 GRADER_ENV = {**os.environ, "COURSE_HYPOTHESIS": "quick"}

@@ -125,3 +125,44 @@ def test_grading_without_bubblewrap_is_refused_unless_allowed(tmp_path, how):
     assert "refusing to grade without bubblewrap" in done.stderr
     assert "apt-get install bubblewrap" in done.stderr and "--allow-weak-isolation" in done.stderr
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_the_time_limits_are_one_short_line_and_a_table_in_time_limits_json(tmp_path):
+    """The grader and the Gradescope build print one line, whatever the number of tests (every test's limit on one
+    line was 2,300 characters for the 162 graded tests); the limits go to a table in OUT/time_limits.json."""
+    from course_lib.grading import time_rule
+    from course_lib.instructor.grade.time_limits import TimeLimits
+
+    durations = {f"tests/test_ex0{i % 9}_x.py::test_{i}[{i}]": 0.05 + 0.01 * i for i in range(161)}
+    durations["tests/test_ex08_x.py::test_slow"] = 40.0  # 4 × 40 s = 160 s: the ceiling
+    factor, floor, ceiling = time_rule.FACTOR, time_rule.FLOOR, time_rule.CEILING
+    limits = TimeLimits(time_rule.calibrated_limits(durations), factor, floor, ceiling, durations, 81.6, 0, "cache",
+                        False, time_rule.limits_after_a_loop(durations))
+    table = tmp_path / "out" / "time_limits.json"
+    table.parent.mkdir()
+    limits.write(table)
+    line = limits.summary(table)
+    at_floor = sum(factor * seconds <= floor for seconds in durations.values())
+    assert line == (f"[grade] time limits: 162 tests, 3–120 s (4 × the reference solution's time, at least 3 s, "
+                    f"at most 120 s: {at_floor} at the floor; reference times measured now in 82 s); each test's in "
+                    f"{table}")
+    assert len(line) - len(str(table)) < 200 and "\n" not in line
+    limits.cached = True
+    assert "reference times cached)" in limits.summary(table)
+
+    data = json.loads(table.read_text())
+    assert data["rule"] == limits.note() and data["limits"] == limits.limits and data["cached"] is False  # as before
+    rows = {row["test"]: row for row in data["tests"]}
+    assert list(rows) == list(durations) and all(set(row) == {"test", "reference_seconds", "limit_seconds", "how",
+                                                                 "limit_after_a_loop_seconds"} for row in rows.values())
+    assert rows["tests/test_ex00_x.py::test_0[0]"] == {
+        "test": "tests/test_ex00_x.py::test_0[0]", "reference_seconds": 0.05, "limit_seconds": 3.0,
+        "how": "the floor (4 × 0.05 s is less)", "limit_after_a_loop_seconds": 1.0}
+    assert rows["tests/test_ex06_x.py::test_150[150]"] == {
+        "test": "tests/test_ex06_x.py::test_150[150]", "reference_seconds": 1.55, "limit_seconds": 6.2,
+        "how": "4 × 1.55 s, the reference's time", "limit_after_a_loop_seconds": 6.2}
+    assert rows["tests/test_ex08_x.py::test_slow"]["how"] == "the ceiling (4 × 40 s is more)"
+    assert rows["tests/test_ex08_x.py::test_slow"]["limit_seconds"] == 120.0
+    for row in rows.values():  # each row's words say what the rule gave
+        assert row["limit_seconds"] == time_rule.calibrated_limits({"t": row["reference_seconds"]})["t"]
+        assert row["how"].startswith("the floor") == (factor * row["reference_seconds"] <= floor), row

@@ -37,10 +37,16 @@ from course_lib.instructor.grade.mount_namespace import unshare_prefix
 from course_lib.paths import ROOT
 
 from class_builder import HIDDEN_TEST, sources
-from grade_helpers import BWRAP_PROBLEM, GRADER_ENV, PYTHON, needs_root_linux, needs_solutions
+from grade_helpers import (BWRAP_PROBLEM, GRADER_ENV, HANG_GUARD, JUDGE_START, PYTHON, needs_root_linux,
+                           needs_solutions)
 
 # Gradescope's results.json, from its Autograder Specifications (gradescope-autograders.readthedocs.io, "Output
 # format" and "Controlling Test Case Visibility"), and "status" from its gradescope-utils JSONTestRunner.
+# The module fixture builds the package (a calibration) and runs it on six submissions: minutes, more on a busy
+# machine. Each step has the limit the grader itself sets (above); pytest-timeout's, on the test that sets it up,
+# only catches a hang (on a loaded machine the fixture overran a fixed 600 s).
+pytestmark = pytest.mark.timeout(HANG_GUARD)
+
 VISIBILITY = {"enum": ["hidden", "after_due_date", "after_published", "visible"]}
 RESULTS_SCHEMA = {
     "type": "object",
@@ -202,10 +208,12 @@ def _run(root: Path, package: Path, files: dict[str, bytes | str], cut_limit: bo
         settings.write_text(json.dumps(config))
     for name, data in files.items():
         (root / "submission" / name).write_bytes(data.encode() if isinstance(data, str) else data)
+    # The autograder's own bound on a submission (the package's --timeout) and its start, never a constant of ours
+    limit = json.loads((root / "source" / "settings" / "gradescope.json").read_text())["timeout"] + JUDGE_START
     started = time.monotonic()
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], cwd=root, capture_output=True,
-                          text=True, timeout=600, env={**GRADER_ENV, "AUTOGRADER_ROOT": str(root),
-                                                       "COURSE_PYTHON": PYTHON, **env})
+                          text=True, timeout=limit, env={**GRADER_ENV, "AUTOGRADER_ROOT": str(root),
+                                                         "COURSE_PYTHON": PYTHON, **env})
     results = json.loads((root / "results" / "results.json").read_text())
     return {"done": done, "seconds": time.monotonic() - started, "results": results, "root": root,
             "tests": {t["name"]: t for t in results["tests"]}}
@@ -223,9 +231,10 @@ def gradescope():
         (hidden / "test_ex00_hidden_gpu.py").write_text(GPU_HIDDEN_TEST)
         package = base / "autograder.zip"
         started = time.monotonic()
+        # No limit of ours on the build: its calibration is the judge's run of the reference, which the judge bounds
         built = subprocess.run([PYTHON, "-m", "course_lib.grade", "gradescope", "--out", str(package), "--exercises",
                                 "ex00,ex05", "--tests", str(hidden)], cwd=ROOT, capture_output=True, text=True,
-                               timeout=600, env=GRADER_ENV)
+                               timeout=HANG_GUARD, env=GRADER_ENV)
         assert built.returncode == 0, built.stdout + built.stderr
         runs = {"build": {"done": built, "seconds": time.monotonic() - started}, "expected": _collected(hidden)}
         for name, files in _submissions(base).items():
@@ -255,6 +264,7 @@ def test_the_zip_has_gradescopes_layout_and_no_solutions(gradescope):
     assert "tests/hidden/test_ex00_hidden.py" in names and "tests/test_ex05_ddp.py" in names
     assert not any(n.startswith("tests/test_ex01") for n in names), "only the chosen exercises' tests"
     assert config["exercises"] == ["ex00", "ex05"] and config["exercise_files"] == ["ex00_warmup.py", "ex05_ddp.py"]
+    assert texts["requirements.txt"] == ("\n".join(pinned_requirements()[0]) + "\n").encode(), "grading's only"
     # The limits were calibrated when the package was built, for every graded test, and are shipped.
     assert set(config["time_limits"]) == {t for t in config["graded_tests"] if "gpu" not in t}
     assert all(time_rule.FLOOR <= seconds <= 120 for seconds in config["time_limits"].values())
@@ -280,6 +290,119 @@ def test_setup_sh_is_valid_bash_and_installs_exactly_the_course_pins(tmp_path):
         "constraints.txt")
     assert requirements[:2] == ["torch>=2.11,<2.15", "torchvision>=0.26,<0.30"], "pyproject's own list"
     assert f"{VENV}/bin/python" in RUN_AUTOGRADER and "bubblewrap" in script
+
+
+# What the autograder's requirements.txt must hold: grading's own packages, none of the lessons'.
+GRADING_PACKAGES = ["torch", "torchvision", "pytest", "pytest-timeout", "hypothesis", "cloudpickle"]
+
+# Run in a child whose Python sees only what requirements.txt installs (argv[1]: the distributions allowed, as
+# JSON): every other installed package's modules are hidden from import, as on Gradescope. It then imports what
+# grading imports: the graded tests and their conftest, course_lib.grading, course_lib.dist (the ranks, the fork
+# server, which preloads torch._dynamo), the grader, and every reference solution and exercise stub as the ranks
+# import a submission. Prints {"hidden": [modules hidden], "failed": {what: error}} as JSON.
+IMPORT_WHAT_GRADING_IMPORTS = r"""
+import importlib, importlib.metadata, importlib.util, json, pkgutil, re, sys
+from pathlib import Path
+
+root, allowed = Path.cwd(), set(json.loads(sys.argv[1]))
+canonical = lambda name: re.sub(r"[-_.]+", "-", name).lower()
+hidden = {module for module, dists in importlib.metadata.packages_distributions().items()
+          if not any(canonical(d) in allowed for d in dists) and module not in sys.stdlib_module_names}
+
+
+class Hide:  # every finder of sys.meta_path, blind to the hidden modules: importing one is a ModuleNotFoundError
+    def __init__(self, finder):
+        self.finder = finder
+
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in hidden:
+            return None
+        find = getattr(self.finder, "find_spec", None)
+        return find(name, path, target) if find else None
+
+    def __getattr__(self, name):
+        return getattr(self.finder, name)
+
+
+already = sorted(m for m in sys.modules if m.partition(".")[0] in hidden)
+assert not already, already
+sys.meta_path[:] = [Hide(finder) for finder in sys.meta_path]
+failed = {}
+modules = ["course_lib.grade"]
+for package in ("course_lib.grading", "course_lib.dist", "course_lib.instructor.grade"):
+    folder = root / package.replace(".", "/")
+    modules += [package] + [f"{package}.{m.name}" for m in pkgutil.iter_modules([str(folder)]) if m.name != "__main__"]
+for name in modules:
+    try:
+        importlib.import_module(name)
+    except Exception as error:
+        failed[name] = f"{type(error).__name__}: {error}"
+files = [*sorted((root / "tests").glob("test_ex*.py")), root / "tests" / "conftest.py",
+         *sorted((root / "solutions").glob("ex[0-9][0-9]_*.py")),
+         *sorted((root / "exercises").glob("ex[0-9][0-9]_*.py"))]
+for index, path in enumerate(files):
+    try:
+        spec = importlib.util.spec_from_file_location(f"graded_{index}_{path.stem}", path)
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    except Exception as error:
+        failed[str(path.relative_to(root))] = f"{type(error).__name__}: {error}"
+print(json.dumps({"hidden": sorted(hidden), "imported": len(modules) + len(files), "failed": failed}))
+"""
+
+
+def _installed_closure(requirements: list[str]) -> set[str]:
+    """The installed distributions these requirements bring, theirs included (markers evaluated here; extras not
+    asked for left out)."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    from course_lib.instructor.grade.gradescope import requirement_name
+
+    found, todo = set(), [requirement_name(r) for r in requirements]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            requires = distribution(name).requires or []
+        except PackageNotFoundError:  # not installed here, e.g. required on another platform only
+            continue
+        found.add(name)
+        for line in requires:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement_name(requirement.name))
+    return found
+
+
+def test_requirements_txt_is_pyprojects_dependencies_less_the_lessons_packages():
+    from course_lib.instructor.grade.gradescope import (GRADING_IMPORTS, NOT_FOR_GRADING, pyproject_dependencies,
+                                                        requirement_name)
+    from pyproject_toml import pyproject
+
+    dependencies = pyproject()["project"]["dependencies"]
+    assert pyproject_dependencies() == dependencies, "gradescope.py reads pyproject.toml without tomllib (3.10)"
+    requirements, _ = pinned_requirements()
+    assert [requirement_name(r) for r in requirements] == GRADING_PACKAGES
+    assert requirements == [d for d in dependencies if requirement_name(d) not in NOT_FOR_GRADING], "pyproject's pins"
+    names = {requirement_name(d) for d in dependencies}
+    assert {"jupyterlab", "ipywidgets", "nbclient"} <= set(NOT_FOR_GRADING) <= names
+    assert set(GRADING_IMPORTS.replace(",", " ").split()) == {r.replace("-", "_") for r in GRADING_PACKAGES} | {"numpy"}
+
+
+def test_grading_imports_nothing_that_requirements_txt_leaves_out():
+    requirements, _ = pinned_requirements()
+    # What Gradescope's venv holds (pip comes with it), and the course (here installed, there its source folder)
+    allowed = _installed_closure(requirements) | {"pip", "multigpu-course"}
+    assert "numpy" in allowed, "graded tests import numpy: torchvision must still bring it"
+    assert not {"jupyterlab", "ipywidgets", "matplotlib", "nbclient", "ipykernel", "ipython"} & allowed, allowed
+    done = subprocess.run([PYTHON, "-c", IMPORT_WHAT_GRADING_IMPORTS, json.dumps(sorted(allowed))], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert {"matplotlib", "ipywidgets", "IPython", "nbclient", "tqdm"} <= set(found["hidden"]), found["hidden"]
+    assert found["imported"] > 50 and found["failed"] == {}, found["failed"]
 
 
 @pytest.mark.skipif(shutil.which("shellcheck") is None,

@@ -1,20 +1,24 @@
-"""The student release: stubs and no solutions, no grader, no notebook that quotes a solution, and a learner's
-README whose every command works in the release."""
+"""The student release: stubs and no solutions, no grader, no notebook that quotes a solution or carries the
+instructor's outputs and kernel, and a learner's README whose every command works in the release."""
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
 import sys
 
+import nbformat
 import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output, new_raw_cell
 
 from course_lib.instructor.exercises import expected_stubs
 from course_lib.instructor.grade.submissions import collect_exercise_files
-from course_lib.instructor.release import LEARNER_README, main, make_release
-from course_lib.paths import ROOT, SOLUTIONS
+from course_lib.instructor.release import (KERNELSPEC, LEARNER_README, clean_notebook, main, make_release,
+                                           write_notebook)
+from course_lib.paths import NOTEBOOKS, ROOT, SOLUTIONS
+from course_lib.timing import QUICK_VARIABLE
+from notebook_runner import execute
 
 needs_solutions = pytest.mark.skipif(not (SOLUTIONS / "ex00_warmup.py").exists(),
                                      reason="needs the reference solutions (not in the student release)")
@@ -112,18 +116,21 @@ def test_release_refuses_a_notebook_that_quotes_a_solution(tmp_path):
         "def area(width, height):\n    \"\"\"Area.\"\"\"\n    # BEGIN SOLUTION: multiply\n"
         "    result = width * height  # the width times the height\n    return float(result)\n    # END SOLUTION\n")
     (course / "notebooks").mkdir()
-    notebook = {"cells": [{"cell_type": "code", "source": ["def area(width, height):\n",
-                                                           "    result = width * height\n",
-                                                           "    return float(result)\n"]}]}
-    (course / "notebooks" / "09.ipynb").write_text(json.dumps(notebook))
+    notebook = new_notebook(cells=[new_code_cell("def area(width, height):\n    result = width * height\n"
+                                                 "    return float(result)\n")])
+    nbformat.write(notebook, course / "notebooks" / "09.ipynb")
     (course / "README.md").write_text("# The instructor's README\n## For the instructor\n")
     with pytest.raises(SystemExit, match="release not made"):
         make_release(tmp_path / "out", root=course)
     assert not (tmp_path / "out").exists()
-    (course / "notebooks" / "09.ipynb").write_text(json.dumps({"cells": []}))
+    nbformat.write(new_notebook(), course / "notebooks" / "09.ipynb")
     make_release(tmp_path / "out", root=course)
     assert "NotImplementedError('multiply')" in (tmp_path / "out" / "exercises" / "ex09_demo.py").read_text()
     assert (tmp_path / "out" / "README.md").read_text() == LEARNER_README.read_text()
+    (course / "notebooks" / "09.ipynb").write_text('{"cells": [')   # a merge gone wrong: no release
+    with pytest.raises(SystemExit, match=r"notebooks/09.ipynb is not a notebook nbformat can read"):
+        make_release(tmp_path / "out2", root=course)
+    assert not (tmp_path / "out2").exists()
 
 
 def test_bad_output_folders_get_a_message_and_the_usage_names_course_py(tmp_path, capsys):
@@ -138,3 +145,95 @@ def test_bad_output_folders_get_a_message_and_the_usage_names_course_py(tmp_path
         main(["--help"])
     usage = capsys.readouterr().out
     assert "python3 course.py release" in usage and "course_lib.release " not in usage
+
+
+# ------------------------------------------------------------------------------ notebooks in their clean form
+
+
+def _dirty_notebook() -> nbformat.NotebookNode:
+    """A notebook as an instructor's JupyterLab saves it after running it: outputs, counts, timings, widget state,
+    the kernel's language_info and the instructor's own kernel; and an author's tags and a hidden cell's source."""
+    cells = [
+        new_markdown_cell("# A lesson · 00", metadata={"tags": ["intro"], "jp-MarkdownHeadingCollapsed": True}),
+        new_code_cell("print(1)\n1 + 1", execution_count=3, outputs=[
+            new_output("stream", name="stdout", text="1\n"),
+            new_output("execute_result", data={"text/plain": "2"}, execution_count=3)],
+            metadata={"tags": ["exercise"], "scrolled": True, "collapsed": False, "jupyter": {"outputs_hidden": True},
+                      "execution": {"iopub.status.busy": "2026-01-05T09:00:00.000001Z",
+                                    "shell.execute_reply": "2026-01-05T09:00:01.000001Z"},
+                      "ExecuteTime": {"start_time": "2026-01-05T09:00:00.000Z", "end_time": "2026-01-05T09:00:01Z"}}),
+        new_code_cell("x = 1", execution_count=4, metadata={"jupyter": {"source_hidden": True, "outputs_hidden": True}}),
+        new_code_cell("raise ValueError", outputs=[new_output("error", ename="ValueError", evalue="", traceback=[])]),
+        new_raw_cell("raw text", metadata={"editable": False}),
+    ]
+    return new_notebook(cells=cells, metadata={
+        "kernelspec": {"display_name": "Python (multigpu)", "language": "python", "name": "multigpu"},
+        "language_info": {"name": "python", "version": "3.11.7", "mimetype": "text/x-python",
+                          "codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py"},
+        "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2,
+                                                                   "version_minor": 0}}})
+
+
+def test_clean_notebook_clears_what_running_and_jupyterlab_add_and_keeps_the_authors_metadata(tmp_path):
+    notebook = _dirty_notebook()
+    nbformat.validate(notebook)
+    cleared = clean_notebook(notebook)
+    assert cleared == ["outputs of 2 cells", "2 execution counts", "kernel metadata", "notebook metadata widgets",
+                       "cell metadata execution (1 cell)", "cell metadata collapsed (1 cell)",
+                       "cell metadata scrolled (1 cell)", "cell metadata ExecuteTime (1 cell)",
+                       "cell metadata jp-MarkdownHeadingCollapsed (1 cell)",
+                       "cell metadata jupyter.outputs_hidden (2 cells)"]
+    nbformat.validate(notebook)
+    assert notebook.metadata == {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert [(c.outputs, c.execution_count) for c in code] == [([], None)] * 3
+    assert [c.metadata for c in notebook.cells] == [{"tags": ["intro"]}, {"tags": ["exercise"]},
+                                                    {"jupyter": {"source_hidden": True}}, {}, {"editable": False}]
+    assert [c.source for c in notebook.cells] == [c.source for c in _dirty_notebook().cells]
+    assert clean_notebook(notebook) == []   # clean stays clean
+    # Written in the repository's layout: a committed lesson, read and written back, is the same bytes.
+    write_notebook(notebook, tmp_path / "clean.ipynb")
+    text = (tmp_path / "clean.ipynb").read_text(encoding="utf-8")
+    assert text.startswith('{\n "cells": [\n  {\n') and text.endswith("}\n") and "# A lesson · 00" in text
+    lesson = NOTEBOOKS / "00_welcome.ipynb"
+    write_notebook(nbformat.read(lesson, as_version=4), tmp_path / "lesson.ipynb")
+    assert (tmp_path / "lesson.ipynb").read_bytes() == lesson.read_bytes()
+
+
+@pytest.mark.timeout(120)
+def test_release_clears_a_lesson_that_was_run_and_saved(tmp_path, capsys, monkeypatch):
+    """Lesson 00's first two code cells run in a real kernel (nbclient), and the notebook saved as JupyterLab
+    saves it: the release holds the committed clean form, and says what it cleared."""
+    course = tmp_path / "course"
+    shutil.copytree(SOLUTIONS, course / "solutions")
+    shutil.copytree(NOTEBOOKS, course / "notebooks", ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    (course / "README.md").write_text("# The instructor's README\n")
+    lesson = course / "notebooks" / "00_welcome.ipynb"
+    clean = lesson.read_bytes()
+    notebook = nbformat.reads(clean.decode("utf-8"), as_version=4)
+    first_two = [i for i, c in enumerate(notebook.cells) if c.cell_type == "code"][:2]
+    ran = nbformat.from_dict({**notebook, "cells": notebook.cells[:first_two[-1] + 1]})
+    monkeypatch.setenv(QUICK_VARIABLE, "1")
+    execute(ran, cwd=NOTEBOOKS)   # records each cell's timing in its metadata, as JupyterLab's recordTiming does
+    notebook.cells[:len(ran.cells)] = ran.cells
+    notebook.metadata = ran.metadata   # the kernel's language_info, with its Python version
+    notebook.metadata.kernelspec = {"display_name": "Python (multigpu)", "language": "python", "name": "multigpu"}
+    write_notebook(notebook, lesson)
+    assert all(notebook.cells[i].outputs and notebook.cells[i].execution_count for i in first_two)
+    assert "version" in notebook.metadata.language_info and lesson.read_bytes() != clean
+
+    make_release(tmp_path / "out", root=course)
+    released = tmp_path / "out" / "notebooks" / "00_welcome.ipynb"
+    assert released.read_bytes() == clean
+    notebook = nbformat.read(released, as_version=4)
+    nbformat.validate(notebook)
+    assert not [c for c in notebook.cells if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    assert notebook.metadata == {"kernelspec": KERNELSPEC, "language_info": {"name": "python"}}
+    for other in sorted(NOTEBOOKS.glob("*.ipynb")):   # the clean ones are copied as they are
+        if other.name != lesson.name:
+            assert (tmp_path / "out" / "notebooks" / other.name).read_bytes() == other.read_bytes(), other.name
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("notebooks:"))
+    lessons = len(list(NOTEBOOKS.glob("*.ipynb")))
+    assert line.startswith(f"notebooks: outputs, execution counts and kernel metadata cleared in 1 of {lessons} "
+                           "(00_welcome.ipynb: outputs of 2 cells, 2 execution counts, kernel metadata"), line
+    assert line.endswith("cell metadata execution (2 cells))"), line

@@ -1,4 +1,5 @@
-"""Every lesson runs top to bottom on this machine, and is committed without outputs.
+"""Every lesson runs top to bottom on this machine, and is committed in its clean form: no outputs, no execution
+counts, only the course's kernel metadata (the form `python3 course.py release` writes, `clean_notebook`).
 
 The kernels run with COURSE_QUICK=1 (course_lib.timing.quick): a lesson may shrink its sizes, running the same
 code. tests/course/browser runs every lesson again, in JupyterLab in Chromium, and looks at what it shows.
@@ -11,6 +12,7 @@ import nbformat
 import pytest
 
 from course_lib import paths
+from course_lib.instructor.release import clean_notebook
 from course_lib.timing import QUICK_VARIABLE
 from notebook_runner import execute, problems
 
@@ -27,7 +29,9 @@ def test_notebook_is_committed_without_outputs(path):
     nbformat.validate(notebook)
     dirty = [i for i, c in enumerate(notebook.cells)
              if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
-    assert not dirty, f"{path.name}: cells {dirty} have outputs; clear them before committing"
+    cleared = clean_notebook(notebook)
+    assert not cleared, (f"{path.name} is committed with {', '.join(cleared)} (cells {dirty} have outputs or counts); "
+                         "clear them before committing (course_lib.instructor.release.clean_notebook)")
 
 
 @pytest.mark.timeout(400)

@@ -17,6 +17,7 @@ from torch import nn
 from course_lib.nccl_logs import ONE_MACHINE
 from course_lib.parallel.ddp import (LINKS, MODELS, Link, StepEstimate, all_reduce_time, bucket_schedule, bucket_sizes,
                                      ddp_explorer, ddp_step_time, fit_link, parameter_bytes, scaling_curve)
+from course_lib.sliders import browser_start
 
 matplotlib.use("Agg")
 MIB = 1024 * 1024
@@ -360,6 +361,9 @@ def test_the_explorer_builds_redraws_and_says_what_is_measured(caplog, capsys):
             controls = {c.description: c for c in widget.children if hasattr(c, "description")}
             assert isinstance(widget.result, StepEstimate)
             assert list(controls["link"].options)[0] == fitted.name
+            # the browser starts the compute slider at the 34.5 ms measured, not at the nearest step of a plain
+            # FloatLogSlider from 0.1 ms (35.5 ms): course_lib.sliders
+            assert browser_start(controls["compute per step (ms)"]) == pytest.approx(34.5, rel=1e-12)
             controls["GPUs"].value = 64
             assert widget.result == ddp_step_time(MODELS["ResNet-50 (25.6M)"], 0.0345, 64,
                                                   LINKS["NVLink, 8×H100 node"])

@@ -4,10 +4,11 @@ environment.yml (conda, cloud GPUs) agree."""
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 from course_lib.paths import ROOT
+
+from pyproject_toml import pyproject
 
 
 def _normalise(requirement: str) -> tuple[str, str]:
@@ -16,8 +17,7 @@ def _normalise(requirement: str) -> tuple[str, str]:
 
 
 def _pyproject() -> dict[str, str]:
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return dict(_normalise(r) for r in data["project"]["dependencies"])
+    return dict(_normalise(r) for r in pyproject()["project"]["dependencies"])
 
 
 def _environment_yml() -> dict[str, str]:

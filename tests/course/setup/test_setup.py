@@ -87,12 +87,11 @@ def test_course_py_installs_the_browser_tools_unless_the_browser_tests_are_left_
 
 
 def test_course_py_and_the_browser_tests_agree_on_playwright_and_chromium():
-    import tomllib
-
     import browser_lab
+    from pyproject_toml import pyproject
 
     course = _course_py()
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    extras = pyproject()["project"]["optional-dependencies"]
     assert course.optional_dependencies() == extras and extras[course.BROWSER_EXTRA][0].startswith("playwright")
     assert course.CHROMIUM == browser_lab.CHROMIUM_CANDIDATES
 
@@ -202,6 +201,8 @@ def fake_install(monkeypatch, tmp_path):
     course = _course_py()
     environment = FakeEnvironment(tmp_path)
     monkeypatch.setattr(course.subprocess, "run", environment.run)
+    # pip itself runs through pip_with_progress (its progress lines: test_install_progress.py)
+    monkeypatch.setattr(course, "pip_with_progress", lambda command, **kwargs: environment.run(command).returncode)
     python = environment.prefix / "bin" / "python"
     return course, environment, lambda *extras: course.install(python, extras)
 

@@ -1,0 +1,56 @@
+"""course.py's install shows pip's progress in a few lines, and never stays silent for long (pip -q printed nothing
+for 1 to 3 minutes on a fresh machine). pip itself is stood in for by a script that prints what pip prints."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import textwrap
+
+from course_lib.paths import ROOT
+
+FAKE_PIP = textwrap.dedent('''
+    import sys, time
+    for name in ["torch", "torchvision", "jupyterlab"]:
+        print(f"Collecting {name}==1.0 (from multigpu-course==0.1)", flush=True)
+        time.sleep(0.3)
+    print("Requirement already satisfied: numpy in ./.venv/lib (2.0)", flush=True)
+    time.sleep(1.6)  # a long download: the heartbeat speaks
+    print("Installing collected packages: torch, torchvision, jupyterlab", flush=True)
+    time.sleep(0.3)
+    print("Successfully installed jupyterlab-1.0 torch-1.0 torchvision-1.0", flush=True)
+    print("WARNING: a warning of pip's own", file=sys.stderr)
+    sys.exit(int(sys.argv[1]))
+''')
+
+
+def _course_py():
+    spec = importlib.util.spec_from_file_location("course_py", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_install_says_what_pip_is_doing_at_least_every_few_seconds(tmp_path, capfd):
+    script = tmp_path / "fake_pip.py"
+    script.write_text(FAKE_PIP)
+    code = _course_py().pip_with_progress([sys.executable, str(script), "0"], heartbeat=0.5)
+    out, err = capfd.readouterr()
+    assert code == 0
+    lines = out.splitlines()
+    assert all(line.startswith("[course] pip: ") for line in lines), out  # pip's own hundred lines are not shown
+    heartbeats = [line for line in lines if re.match(r"\[course\] pip: 4 packages so far, now numpy \(\d+ s\)", line)]
+    assert heartbeats, out  # during the silent 1.6 s
+    assert any("4 packages resolved; installing 3 of them" in line for line in lines), out
+    assert lines[-1].startswith("[course] pip: installed 3 packages"), out
+    assert "WARNING: a warning of pip's own" in err  # pip's stderr passes through
+
+
+def test_a_failed_install_shows_what_pip_printed_last(tmp_path, capfd):
+    script = tmp_path / "fake_pip.py"
+    script.write_text(FAKE_PIP)
+    code = _course_py().pip_with_progress([sys.executable, str(script), "1"], heartbeat=60)
+    out, err = capfd.readouterr()
+    assert code == 1
+    assert "Successfully installed jupyterlab-1.0" in err and "Collecting torchvision==1.0" in err, err
