@@ -286,6 +286,10 @@ def pip_with_progress(command: list[str], heartbeat: float = PIP_HEARTBEAT) -> i
             if time.monotonic() - state["said"] >= heartbeat:
                 tell(f"{state['packages']} packages so far, now {state['now']}")
 
+    def stop(signum, frame):  # SIGTERM or SIGHUP here: pip stops too (Ctrl-C reaches it from the terminal anyway)
+        raise KeyboardInterrupt
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGHUP)}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, errors="replace")
     thread = threading.Thread(target=heartbeat_loop, daemon=True)
     thread.start()
@@ -308,6 +312,8 @@ def pip_with_progress(command: list[str], heartbeat: float = PIP_HEARTBEAT) -> i
         if process.poll() is None:
             process.kill()
             process.wait()
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     if returncode != 0 and state["lines"]:  # what pip printed last, for the message below
         print("\n".join(state["lines"][-15:]), file=sys.stderr)
     return returncode

@@ -7,6 +7,7 @@ import importlib.util
 import re
 import sys
 import textwrap
+from pathlib import Path
 
 from course_lib.paths import ROOT
 
@@ -54,3 +55,33 @@ def test_a_failed_install_shows_what_pip_printed_last(tmp_path, capfd):
     out, err = capfd.readouterr()
     assert code == 1
     assert "Successfully installed jupyterlab-1.0" in err and "Collecting torchvision==1.0" in err, err
+
+
+def test_a_stopped_install_stops_pip(tmp_path):
+    """SIGTERM to course.py while pip runs: pip stops too (it is in course.py's process group, which a terminal's
+    Ctrl-C reaches, but a SIGTERM sent to course.py alone does not)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "slow_pip.py"
+    script.write_text("import time\nprint('Collecting torch', flush=True)\ntime.sleep(60)\n")
+    code = ("import importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('course_py', {str(ROOT / 'course.py')!r})\n"
+            "course = importlib.util.module_from_spec(spec); spec.loader.exec_module(course)\n"
+            f"course.pip_with_progress([sys.executable, {str(script)!r}], heartbeat=0.2)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert "[course] pip: 1 packages so far, now torch" in parent.stdout.readline()  # pip is running
+        children = [int(p) for p in open(f"/proc/{parent.pid}/task/{parent.pid}/children").read().split()]
+        assert len(children) == 1
+        parent.send_signal(signal.SIGTERM)
+        parent.wait(timeout=10)
+        time.sleep(0.2)
+        stat = Path(f"/proc/{children[0]}/stat")
+        running = stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        assert not running, "pip still runs after course.py was stopped"
+    finally:
+        parent.kill()
+        parent.wait()
