@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 BROWSER_EXTRA = "browser"  # pyproject.toml's optional dependencies of the browser tests: playwright
 TEST_EXTRA = "test"  # and of the course's own suite: vermin (the Python 3.10 check), tomli on Python 3.10
+EXTRA_USERS = {BROWSER_EXTRA: "the browser tests", TEST_EXTRA: "the course's own tests"}
 # Where the browser tests look for Chromium (tests/course/browser_lab.py): Debian's binary first.
 CHROMIUM = ("/usr/lib/chromium/chromium", "chromium", "chromium-browser", "google-chrome")
 # Commands the course's own tests need from the system, and the Debian package of each.
@@ -224,7 +225,7 @@ def _pip_install(python: Path, plan: dict, torch: str, supported: tuple[str, str
     low, high = supported
     requirements = optional_dependencies()
     for extra in plan["extras"]:
-        say(f"installing what the {extra} tests need: the Python package "
+        say(f"installing what {EXTRA_USERS.get(extra, f'the {extra} tests')} need: the Python package "
             f"{', '.join(requirements.get(extra, [])) or extra} (pip)")
     with tempfile.TemporaryDirectory() as tmp:
         if plan["keep"]:
@@ -299,7 +300,8 @@ def pip_with_progress(command: list[str], heartbeat: float = PIP_HEARTBEAT) -> i
             found = re.match(r"(Collecting|Requirement already satisfied:|Obtaining|Processing) +(\S+)", line)
             if found:  # a name (torch==2.14.1, numpy), or a path or URL (the course itself: its last part)
                 state["packages"] += 1
-                state["now"] = re.split(r"[=<>!~\[;]", found.group(2).rstrip("/").rsplit("/", 1)[-1])[0]
+                last = found.group(2).rstrip("/").rsplit("/", 1)[-1]  # torch==2.14.1, or torch-2.14.1-cp311-...whl
+                state["now"] = re.split(r"[=<>!~\[;]", last.split("-")[0] if last.endswith(".whl") else last)[0]
             elif line.startswith("Installing collected packages:"):
                 names = line.split(":", 1)[1].split(",")
                 state["now"] = f"installing {len(names)} packages"

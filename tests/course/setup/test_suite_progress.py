@@ -66,7 +66,7 @@ def _progress(tmp_path: Path, history: dict, workers: int | None, now: list[floa
     (tmp_path / "h.json").write_text(json.dumps(history))
     config = SimpleNamespace(option=SimpleNamespace(numprocesses=workers),
                              pluginmanager=SimpleNamespace(get_plugin=lambda name: None))
-    return SuiteProgress(config, tmp_path / "h.json", interval=0, clock=lambda: now[0])
+    return SuiteProgress(config, tmp_path / "h.json", interval=0, clock=lambda: now[0], recorded=tmp_path / "none")
 
 
 def _finish(progress: SuiteProgress, nodeid: str, failed: bool = False) -> None:
@@ -93,10 +93,16 @@ def test_without_a_last_run_the_time_left_follows_the_pace_and_says_it_is_rough(
     now = [0.0]
     progress = _progress(tmp_path, {}, None, now)
     progress.collected(["a", "b", "c", "d"])
-    assert progress.time_left() == "time left not known yet"
+    assert progress.time_left() == "time left not known yet (no last run to go by)"
     _finish(progress, "a")
     now[0] = 30.0
     assert progress.time_left() == "about 1 min 30 s left (rough: no last run to go by)"
+    # a fresh clone: the durations recorded on the course's CI machine, said so
+    (tmp_path / "ci.json").write_text(json.dumps({"a": 5.0, "b": 7.0, "c": 8.0, "d": 100.0}))
+    fresh = SuiteProgress(progress.config, tmp_path / "none.json", interval=0, clock=lambda: now[0],
+                          recorded=tmp_path / "ci.json")
+    fresh.collected(["a", "b", "c", "d"])
+    assert fresh.time_left() == "about 2 min 0 s left (at the pace of the course's CI machine, busy: no last run here)"
     skipped = SimpleNamespace(nodeid="b", when="setup", duration=0.0, skipped=True, failed=False)
     progress.report(skipped)  # a test skipped at set-up has finished too
     assert progress.line().startswith("2 of 4 tests done, 0 failed")
