@@ -34,11 +34,16 @@ def _course_py():
     return module
 
 
-def test_the_install_says_what_pip_is_doing_at_least_every_few_seconds(tmp_path, capfd):
+def _fake_install(tmp_path, capfd, exit_code: int, heartbeat: float) -> tuple[int, str, str]:
+    """pip_with_progress on the fake pip, ending with `exit_code`: its exit code, stdout and stderr."""
     script = tmp_path / "fake_pip.py"
     script.write_text(FAKE_PIP)
-    code = _course_py().pip_with_progress([sys.executable, str(script), "0"], heartbeat=0.5)
-    out, err = capfd.readouterr()
+    code = _course_py().pip_with_progress([sys.executable, str(script), str(exit_code)], heartbeat=heartbeat)
+    return (code, *capfd.readouterr())
+
+
+def test_the_install_says_what_pip_is_doing_at_least_every_few_seconds(tmp_path, capfd):
+    code, out, err = _fake_install(tmp_path, capfd, 0, heartbeat=0.5)
     assert code == 0
     lines = out.splitlines()
     assert all(line.startswith("[course] pip: ") for line in lines), out  # pip's own hundred lines are not shown
@@ -51,10 +56,7 @@ def test_the_install_says_what_pip_is_doing_at_least_every_few_seconds(tmp_path,
 
 
 def test_a_failed_install_shows_what_pip_printed_last(tmp_path, capfd):
-    script = tmp_path / "fake_pip.py"
-    script.write_text(FAKE_PIP)
-    code = _course_py().pip_with_progress([sys.executable, str(script), "1"], heartbeat=60)
-    out, err = capfd.readouterr()
+    code, out, err = _fake_install(tmp_path, capfd, 1, heartbeat=60)
     assert code == 1
     assert "Successfully installed jupyterlab-1.0" in err and "Collecting torchvision==1.0" in err, err
 
