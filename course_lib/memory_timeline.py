@@ -89,6 +89,31 @@ def _storage_bytes(tensors: Iterable[torch.Tensor]) -> dict[int, int]:
             if t.device.type != "meta" and t.untyped_storage().nbytes()}
 
 
+def _live_bytes(model: nn.Module, optimizer: torch.optim.Optimizer, batch: list[torch.Tensor],
+                saved: weakref.WeakValueDictionary, tracker: _Tracker) -> dict[str, int]:
+    """The bytes of the storages alive now, by kind: each storage once, under the first kind of KINDS it is in."""
+    params = list(model.parameters())
+    known = {
+        "parameters": _storage_bytes(params),
+        "optimizer states": _storage_bytes(t for s in optimizer.state.values() for t in s.values()
+                                           if isinstance(t, torch.Tensor)),
+        "gradients": _storage_bytes(p.grad for p in params if p.grad is not None),
+        "batch": _storage_bytes(batch),
+        "saved for backward": _storage_bytes(saved.values()),
+    }
+    alive = [t for t in (ref() for ref in tracker.refs) if t is not None]
+    if len(alive) * 2 < len(tracker.refs):  # drop dead references now and then: sampling stays cheap
+        tracker.refs = [weakref.ref(t) for t in alive]
+    known["other temporaries"] = _storage_bytes(alive)
+    seen: set[int] = set()
+    row = {}
+    for kind in KINDS:
+        fresh = {ptr: nbytes for ptr, nbytes in known[kind].items() if ptr not in seen}
+        seen.update(fresh)
+        row[kind] = sum(fresh.values())
+    return row
+
+
 def memory_timeline(model: nn.Module, optimizer: torch.optim.Optimizer, batches: Iterable,
                     loss_fn: Callable = nn.functional.cross_entropy) -> MemoryTimeline:
     """Train one step per (x, y) in `batches`, sampling the live tensors by kind after every operator (notebook 01).
@@ -105,26 +130,7 @@ def memory_timeline(model: nn.Module, optimizer: torch.optim.Optimizer, batches:
     tracker: _Tracker
 
     def sample() -> None:
-        params = list(model.parameters())
-        known = {
-            "parameters": _storage_bytes(params),
-            "optimizer states": _storage_bytes(t for s in optimizer.state.values() for t in s.values()
-                                               if isinstance(t, torch.Tensor)),
-            "gradients": _storage_bytes(p.grad for p in params if p.grad is not None),
-            "batch": _storage_bytes(current_batch),
-            "saved for backward": _storage_bytes(saved.values()),
-        }
-        alive = [t for t in (ref() for ref in tracker.refs) if t is not None]
-        if len(alive) * 2 < len(tracker.refs):  # drop dead references now and then: sampling stays cheap
-            tracker.refs = [weakref.ref(t) for t in alive]
-        known["other temporaries"] = _storage_bytes(alive)
-        seen: set[int] = set()
-        row = {}
-        for kind in KINDS:
-            fresh = {ptr: nbytes for ptr, nbytes in known[kind].items() if ptr not in seen}
-            seen.update(fresh)
-            row[kind] = sum(fresh.values())
-        timeline.samples.append(row)
+        timeline.samples.append(_live_bytes(model, optimizer, current_batch, saved, tracker))
 
     def mark(label: str) -> None:
         sample()

@@ -54,25 +54,24 @@ from hypothesis import strategies as st
 from torch import nn
 
 from course_lib.grading import exception_raised_by, run
+from course_lib.grading.audits import assert_rejects
 from course_lib.grading.collective_log import CollectiveLog
-from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
+from course_lib.grading.shortcuts import lesson_module_switch, refuser_for, replace, switch_off_shortcuts
 
 TIMEOUT = 60  # s: a rank waiting in a collective its peers never start hangs; fail it in time
 
 
 # ---------------------------------------------------------------- shortcuts switched off in the child
 
-LESSON_MODULES = ("streams", "data_parallel", "ddp", "pipeline", "tensor_parallel")  # lessons 02-07 stay allowed
+# course_lib.parallel's modules of lessons 02-07 stay allowed
+LESSON_MODULES = ("streams", "data_parallel", "links", "ddp", "ddp_pictures", "pipeline",
+                  "tensor_parallel")
 REFUSED_FUNCTIONS = ("fully_shard", "distribute_tensor", "distribute_module")
 REFUSED_CLASSES = ("FullyShardedDataParallel", "ZeroRedundancyOptimizer")
 
 
-def _refuser(label):
-    def refused(*args, **kwargs):
-        raise RuntimeError(f"{label} is switched off while exercise 08 is graded: write this piece yourself (plain "
-                           "arithmetic for the bytes; your own ownership and dist.broadcast for the optimizer; "
-                           "dist.all_gather, dist.reduce_scatter and dist.all_reduce for MiniFSDP)")
-    return refused
+_refuser = refuser_for("08", "plain arithmetic for the bytes; your own ownership and dist.broadcast for the "
+                             "optimizer; dist.all_gather, dist.reduce_scatter and dist.all_reduce for MiniFSDP")
 
 
 def _replace(module, name, label, replaced):
@@ -93,22 +92,14 @@ def _switch_off_torch(module, replaced):
         dtensor.from_local = staticmethod(_refuser("torch's DTensor.from_local"))
 
 
-def _switch_off_lesson_module(module, replaced):
-    """A new course_lib.parallel module (lesson 08's ZeRO formulas and helpers): all of it refuses."""
-    for name, _ in defined_in(module):
-        _replace(module, name, f"{module.__name__}.{name} (the lesson's own code)", replaced)
-
-
 def _switcher(fullname):
     """Which switch applies to the module of this name, or None."""
     for prefix in ("torch.distributed.fsdp", "torch.distributed._composable", "torch.distributed.optim",
                    "torch.distributed.tensor"):
         if fullname == prefix or fullname.startswith(prefix + "."):
             return _switch_off_torch
-    parts = fullname.split(".")
-    if len(parts) == 3 and parts[:2] == ["course_lib", "parallel"] and parts[2] not in LESSON_MODULES:
-        return _switch_off_lesson_module
-    return None
+    # a new course_lib.parallel module (lesson 08's ZeRO formulas and helpers): all of it refuses
+    return lesson_module_switch(fullname, LESSON_MODULES, _refuser)
 
 
 def _switch_off_shortcuts(learner):
@@ -233,11 +224,7 @@ def _bad_bytes_driver(module, calls):
 def test_model_state_bytes_rejects_bad_arguments():
     got = run("ex08", _bad_bytes_driver, [args for args, _ in BAD_BYTES], timeout=TIMEOUT)
     for (args, broken), (raised, message) in zip(BAD_BYTES, got):
-        where = f"model_state_bytes{args!r}"
-        assert raised == "ValueError", f"{where} must raise ValueError, not {raised} {message}".rstrip()
-        assert broken in message, (
-            f"{where}: the ValueError should name the argument to fix ({broken}) and say what to pass; it says "
-            f"{message!r}")
+        assert_rejects(f"model_state_bytes{args!r}", raised, message, broken)
 
 
 # ---------------------------------------------------------------- ShardedOptimizer

@@ -6,14 +6,20 @@ runner.py        how a test calls learner code: in a child process or in gloo ra
 results.py       TestOutcome (one test's outcome and points), the report file and its one rule for points
 plugin.py        the pytest plugin: --target, --course-report, --confine, the points and gpu markers
 confinement.py   the grader's limits on processes that run a student's code
-simgpu.py        a simulated CUDA device that a test's driver installs in the child, to grade stream code without a GPU
+simgpu/          a simulated CUDA device that a test's driver installs in the child, to grade stream code without a GPU
 shortcuts.py     torch's and the course's own versions of an exercise, switched off in the child while it is graded
 collective_log.py  the collectives a rank starts, logged where every torch.distributed function passes
 loops.py         a function that ran out of time costs its own tests: later calls fail at once
 time_rule.py     each test's time limit from the reference solution's time
+audits.py        checks graded tests of several exercises make on what the learner's code gave back
 """
 
+import sys
+
 __all__ = ["run", "call", "ExerciseFailed", "ExerciseStopped", "exception_raised_by", "exercise_path"]
+
+if "pytest" in sys.modules:  # the shared checks' asserts explain a failure as a test's own asserts do
+    sys.modules["pytest"].register_assert_rewrite("course_lib.grading.audits")
 
 
 def __getattr__(name: str):

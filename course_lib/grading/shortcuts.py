@@ -3,9 +3,12 @@ learner is asked to write refuses to run (graded tests of exercises 07 and 08).
 
     from course_lib.grading.shortcuts import defined_in, replace, switch_off_shortcuts
 
+    _refuser = refuser_for("07", "what to write instead")   # _refuser(label): a function that refuses to run
+
     def _switcher(fullname):                  # which modules to switch off, and how (None: leave it alone)
         if fullname == "torch.distributed.pipelining.schedules":
             return _switch_off_schedules      # (module, replaced) -> None, calling replace(...) for each name
+        return lesson_module_switch(fullname, LESSON_MODULES, _refuser)   # the lesson's own new modules
 
     def _driver(module, cases):
         switch_off_shortcuts(module, _switcher, _refuser)   # first thing in the child
@@ -23,8 +26,10 @@ import importlib.abc
 import inspect
 import sys
 from collections.abc import Callable
+from functools import partial
 
-__all__ = ["defined_in", "replace", "switch_off_shortcuts", "FUNCTIONAL_COLLECTIVES"]
+__all__ = ["defined_in", "replace", "refuser_for", "lesson_module_switch", "switch_off_shortcuts",
+           "FUNCTIONAL_COLLECTIVES"]
 
 FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_reduce_inplace", "all_reduce_coalesced", "all_gather_tensor",
                           "all_gather_tensor_autograd", "all_gather_tensor_inplace",
@@ -34,16 +39,48 @@ FUNCTIONAL_COLLECTIVES = ("all_reduce", "all_reduce_inplace", "all_reduce_coales
 
 
 def defined_in(module) -> list[tuple[str, object]]:
-    """The functions and classes a module defines itself (not the ones it imports)."""
+    """The functions and classes a module defines itself, or a package in its own files (not the ones it imports
+    from elsewhere): `course_lib.parallel.pipeline` re-exports what `pipeline/schedules.py` defines."""
+    home = module.__name__
     return [(name, value) for name, value in list(vars(module).items())
             if not name.startswith("__") and (inspect.isfunction(value) or inspect.isclass(value))
-            and getattr(value, "__module__", None) == module.__name__]
+            and _is_within(getattr(value, "__module__", None), home)]
+
+
+def _is_within(name: str | None, home: str) -> bool:
+    return isinstance(name, str) and (name == home or name.startswith(home + "."))
 
 
 def replace(module, name: str, refuser: Callable, replaced: list) -> None:
     """module.name is `refuser` from now on; `replaced` remembers (original, refuser) to fix names imported before."""
     replaced.append((getattr(module, name), refuser))
     setattr(module, name, refuser)
+
+
+def refuser_for(exercise: str, advice: str) -> Callable[[str], Callable]:
+    """An exercise's refuser: refuser(label) makes a function that raises RuntimeError, saying that `label` is
+    switched off while the exercise is graded and what to write instead (`advice`, in parentheses)."""
+    def refuser(label: str) -> Callable:
+        def refused(*args, **kwargs):
+            raise RuntimeError(f"{label} is switched off while exercise {exercise} is graded: write this piece "
+                               f"yourself ({advice})")
+        return refused
+    return refuser
+
+
+def lesson_module_switch(fullname: str, allowed: tuple[str, ...], refuser: Callable) -> Callable | None:
+    """The switch for a new course_lib.parallel module or package, and each module inside such a package (one not in
+    `allowed`, the earlier lessons' modules): all of it refuses to run. None for any other module."""
+    parts = fullname.split(".")
+    if len(parts) >= 3 and parts[:2] == ["course_lib", "parallel"] and parts[2] not in allowed:
+        return partial(_switch_off_lesson_module, refuser=refuser)
+    return None
+
+
+def _switch_off_lesson_module(module, replaced: list, refuser: Callable) -> None:
+    """A new course_lib.parallel module (the lesson's own code): every function and class it defines refuses."""
+    for name, _ in defined_in(module):
+        replace(module, name, refuser(f"{module.__name__}.{name} (the lesson's own code)"), replaced)
 
 
 def switch_off_shortcuts(learner, switcher: Callable, refuser: Callable[[str], Callable]) -> None:

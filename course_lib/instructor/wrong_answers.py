@@ -13,9 +13,9 @@ Its text is appended to the reference solution's, so its `def` (or `class`) repl
 (or class) of the same name, and the result is graded like a learner's file: only the tests named in LOSES are
 run, and each of them must fail in at least one of its parametrizations, that is lose points. To keep CI short,
 a few worker processes each import torch and start the ranks' fork server once and then run pytest
-in-process for one wrong answer after another, taken from a queue (`run_in_workers`, which the mutation
-check, course_lib/instructor/mutants.py, shares), and a test stops at its first failing parametrization
-(so "points lost" is then a lower bound, marked ≥). The workers run under the Hypothesis profile
+in-process for one wrong answer after another, taken from a queue (`run_in_workers`, in worker_pool.py, which
+the mutation check, course_lib/instructor/mutants.py, shares), and a test stops at its first failing
+parametrization (so "points lost" is then a lower bound, marked ≥). The workers run under the Hypothesis profile
 `selfcheck` (COURSE_HYPOTHESIS, see course_lib/grading/plugin.py): no shrinking, as only a failure counts.
 
     python -m course_lib.instructor.selfcheck wrong-answers [ex04 ...] [--jobs N]
@@ -28,19 +28,17 @@ from __future__ import annotations
 
 import argparse
 import ast
-import json
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from course_lib import stopping
 from course_lib.grading.results import read_report
+from course_lib.instructor.worker_pool import (WORKER_ENVIRONMENT, GradingJob, JobResult, default_jobs,  # noqa: F401
+                                               run_in_workers, worker)
+from course_lib.instructor.worker_pool import solution_of as _solution_file, tests_of as _test_file
 from course_lib.paths import ROOT
 
 
@@ -122,16 +120,6 @@ def discover(root: Path = ROOT, exercises: list[str] | None = None) -> list[Wron
     return found
 
 
-def _solution_file(root: Path, exercise: str) -> Path | None:
-    matches = sorted((root / "solutions").glob(f"{exercise}_*.py"))
-    return matches[0] if matches else None
-
-
-def _test_file(root: Path, exercise: str) -> Path | None:
-    matches = sorted((root / "tests").glob(f"test_{exercise}_*.py"))
-    return matches[0] if matches else None
-
-
 def _graded_names(test_file: Path) -> set[str]:
     return {name for name in _module_level_functions(test_file.read_text()) if name.startswith("test_")}
 
@@ -195,195 +183,6 @@ def _verdict(job: _Job, seconds: float, worker_log: Path | None = None) -> Verdi
     return Verdict(job.wrong, not reason, lost, reason, seconds, partial)
 
 
-class _StopAfterFirstFailure:
-    """pytest plugin: once one parametrization of a test function has failed, skip the rest of that function.
-
-    A wrong answer has lost its points on that test as soon as one parametrization fails; the others would
-    only cost time (each distributed one launches ranks).
-    """
-
-    def __init__(self):
-        self.failed: set[str] = set()
-
-    def pytest_runtest_setup(self, item):
-        import pytest
-
-        if item.nodeid.split("[", 1)[0] in self.failed:
-            pytest.skip("an earlier parametrization of this test already failed")
-
-    def pytest_runtest_logreport(self, report):
-        if report.failed:
-            self.failed.add(report.nodeid.split("[", 1)[0])
-
-
-@dataclass
-class GradingJob:
-    """One graded pytest run for a worker process: pytest's arguments (test ids, --target...) and its report file."""
-
-    args: list[str]
-    report: Path
-
-
-@dataclass
-class JobResult:
-    """How a GradingJob ended: seconds is None when it never finished (its worker stopped, or time ran out)."""
-
-    seconds: float | None = None
-    timed_out: bool = False  # it ran past the time limit of one job, and its worker was killed
-    log: Path | None = None  # the log of the worker that ran it
-
-    def log_tail(self, lines: int = 3) -> str:
-        if self.log is None or not self.log.exists():
-            return ""
-        return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-lines:])
-
-
-WORKER_ENVIRONMENT = {"COURSE_HYPOTHESIS": "selfcheck"}  # the Hypothesis profile without shrinking (grading.plugin)
-# no:unraisableexception: that plugin's gc.collect() calls, with torch loaded, cost a second per job on a busy machine.
-_PYTEST_FLAGS = ["-q", "-p", "no:cacheprovider", "-p", "no:unraisableexception",
-                 "-W", "ignore::pytest.PytestAssertRewriteWarning"]
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write a marker file whole or not at all (the parent polls for it)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def _read_number(path: Path) -> float | None:
-    try:
-        return float(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _kill_worker(process: subprocess.Popen) -> None:
-    """SIGKILL a worker and its process group (it was started in a session of its own), then reap it."""
-    if process.poll() is None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            process.kill()
-    process.wait()
-
-
-def run_in_workers(jobs: list[GradingJob], root: Path, scratch: Path, workers: int = 2, python: str = sys.executable,
-                   job_timeout: float | None = None, timeout: float = 1800,
-                   on_done: Callable[[int, JobResult], None] | None = None) -> list[JobResult]:
-    """Run each job's pytest in `workers` worker processes that take jobs from a queue, one after another.
-
-    A worker imports torch and starts the ranks' fork server once, then runs pytest in-process for each job
-    it takes. A job that runs longer than `job_timeout` seconds has its worker killed (with the fork server
-    and ranks under it) and counts as timed out; a fresh worker takes over the queue. Whatever has not
-    finished after `timeout` seconds in all is left with seconds None. `on_done(index, result)` is called as
-    each job ends. Results come back in the order of `jobs`.
-    """
-    queue, running = scratch / "queue", scratch / "running"
-    queue.mkdir(parents=True)
-    running.mkdir()
-    for index, job in enumerate(jobs):
-        (queue / f"{index:06d}.json").write_text(json.dumps({"args": job.args, "report": str(job.report)}))
-    results: dict[int, JobResult] = {}
-    env = {**os.environ, **WORKER_ENVIRONMENT, **stopping.dies_with_me()}  # a worker dies with this process
-    alive: list[tuple[subprocess.Popen, Path]] = []
-    seen_log: dict[int, Path] = {}  # the log of the worker seen running each job
-    started_workers = 0
-
-    def start_worker() -> None:
-        nonlocal started_workers
-        log = scratch / f"worker{started_workers}.log"
-        started_workers += 1
-        with open(log, "w") as out:
-            process = subprocess.Popen([python, "-m", "course_lib.instructor.wrong_answers", "--worker", str(queue)],
-                                       cwd=root, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                       start_new_session=True)
-        alive.append((process, log))
-
-    def finish(index: int, result: JobResult) -> None:
-        results[index] = result
-        if on_done is not None:
-            on_done(index, result)
-
-    def claimed_by(process: subprocess.Popen) -> list[tuple[int, Path]]:
-        return [(int(p.stem.split("-", 1)[1]), p) for p in running.glob(f"{process.pid}-*.json")]
-
-    for _ in range(min(max(1, workers), len(jobs))):
-        start_worker()
-    try:
-        deadline = time.monotonic() + timeout
-        while len(results) < len(jobs) and time.monotonic() < deadline and alive:
-            time.sleep(0.3)
-            for process, log in list(alive):
-                for index, claim in claimed_by(process):
-                    seen_log[index] = log
-                    began = _read_number(Path(jobs[index].report.as_posix() + ".started"))
-                    if (job_timeout is not None and index not in results and began is not None
-                            and time.time() - began > job_timeout
-                            and not Path(jobs[index].report.as_posix() + ".seconds").exists()):
-                        _kill_worker(process)
-                        claim.unlink(missing_ok=True)
-                        finish(index, JobResult(time.time() - began, timed_out=True, log=log))
-            for index, job in enumerate(jobs):
-                seconds = _read_number(Path(job.report.as_posix() + ".seconds"))
-                if index not in results and seconds is not None:
-                    finish(index, JobResult(seconds, log=seen_log.get(index)))
-            for process, log in list(alive):
-                if process.poll() is not None:
-                    alive.remove((process, log))
-                    for index, claim in claimed_by(process):  # it died inside a job (not killed by us above)
-                        claim.unlink(missing_ok=True)
-                        if index not in results:
-                            finish(index, JobResult(None, log=log))
-            # Replace the workers that were killed or died while jobs are waiting (a bounded number of times).
-            while (len(alive) < min(max(1, workers), len(jobs)) and any(queue.glob("*.json"))
-                   and started_workers < len(jobs) + 2 * max(1, workers)):
-                start_worker()
-    finally:  # also when interrupted (Ctrl-C): no worker outlives the check
-        for process, _ in alive:
-            _kill_worker(process)
-    for index, job in enumerate(jobs):
-        if index not in results:
-            results[index] = JobResult(_read_number(Path(job.report.as_posix() + ".seconds")), log=seen_log.get(index))
-    return [results[i] for i in range(len(jobs))]
-
-
-def _worker(queue: Path) -> int:
-    """Take jobs from the queue folder one at a time and run pytest in this one process for each: torch and the
-    ranks' fork server start only once. A job is claimed by renaming its file into ../running/<pid>-<n>.json."""
-    stopping.die_with_parent_if_asked()  # killed with the check (run_in_workers), whatever stops it
-    import pytest
-    import torch  # noqa: F401  what every graded test imports: once, before the first job's clock starts
-
-    from course_lib.dist.forkserver import start_fork_server
-
-    start_fork_server()  # likewise the fork server the ranks come from (run() would start it at the first launch)
-    running, empty = queue.parent / "running", queue.parent / "warm-up"
-    empty.mkdir(exist_ok=True)
-    # A first pytest run on an empty folder imports (and rewrites) every pytest plugin: seconds, also not a job's.
-    pytest.main([str(empty), "--collect-only", "-p", "course_lib.grading.plugin", *_PYTEST_FLAGS])
-    while True:
-        claimed = None
-        for path in sorted(queue.glob("*.json")):
-            mine = running / f"{os.getpid()}-{path.stem}.json"
-            try:
-                os.rename(path, mine)
-            except FileNotFoundError:  # another worker took it first
-                continue
-            claimed = mine
-            break
-        if claimed is None:
-            return 0
-        job = json.loads(claimed.read_text())
-        _write_atomically(Path(job["report"] + ".started"), f"{time.time():.3f}")
-        started = time.monotonic()
-        pytest.main([*job["args"], "--course-report", job["report"], *_PYTEST_FLAGS],
-                    plugins=[_StopAfterFirstFailure()])
-        sys.stdout.flush()
-        _write_atomically(Path(job["report"] + ".seconds"), f"{time.monotonic() - started:.1f}")
-        claimed.unlink(missing_ok=True)
-
-
 def check(wrongs: list[WrongAnswer], root: Path = ROOT, jobs: int = 2, python: str = sys.executable,
           progress: bool = True, timeout: float = 1800) -> list[Verdict]:
     """Grade every wrong answer in `jobs` worker processes; return the verdicts in the order given."""
@@ -439,22 +238,16 @@ def _table(verdicts: list[Verdict]) -> str:
     return "\n".join(lines)
 
 
-def _default_jobs() -> int:
-    from course_lib.devices import usable_cores
-
-    return max(2, min(4, usable_cores()))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_lib.instructor.selfcheck wrong-answers", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("exercises", nargs="*", help="e.g. ex04 (default: every exercise with a suite)")
-    parser.add_argument("--jobs", type=int, default=_default_jobs(), help="wrong answers graded at once")
+    parser.add_argument("--jobs", type=int, default=default_jobs(), help="wrong answers graded at once")
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
     if options.worker:
-        return _worker(options.worker)  # a folder of queued jobs (run_in_workers)
+        return worker(options.worker)  # a folder of queued jobs (run_in_workers)
     root = options.root.resolve()
     if not (root / "solutions").is_dir():
         print("no solutions/ here (a student release): no wrong answers to check")

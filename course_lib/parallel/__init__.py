@@ -11,7 +11,7 @@ import operator
 
 def whole_number(n, what: str, minimum: int = 1, *, integral_floats: bool = True) -> int:
     """n as an int, or a TypeError (not a whole number) or a ValueError (below `minimum`) that names the argument: the
-    check pipeline.py, tensor_parallel.py and sharding.py share.
+    check pipeline/, tensor_parallel.py and sharding.py share.
 
     The course's rule for counts: an int (numpy's integers too) or an integral float such as 7.5e9 (how the ZeRO
     paper types Ψ), converted with int(); a bool, a fractional float, nan, inf or anything else is refused.

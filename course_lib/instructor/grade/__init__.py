@@ -4,7 +4,7 @@
                             [--test-timeout SECONDS] [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex01]
                             [--memory-gb 4] [--address-space-gb 6] [--no-calibration] ... (see --help)
     python3 course.py grade gradescope --out autograder.zip [--tests HIDDEN_TESTS_DIR] [--exercises ex00,ex05]
-                            the same grader as Gradescope's autograder (gradescope.py)
+                            the same grader as Gradescope's autograder (gradescope/)
 
 Each entry of SUBMISSIONS (a folder or a .zip) is one student's copy of exercises/, or of a whole
 course folder that contains one. Writes OUT/grades.csv (one row per student: points per exercise, the

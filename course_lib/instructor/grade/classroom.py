@@ -50,7 +50,7 @@ class GradeOptions:
 
 def prepare_settings(out: Path, work: Path, submissions: Path, o: GradeOptions, isolation: Isolation) -> Settings:
     """What every student's grading shares: the judge (its tests collected once), the bounds, what to hide; said on
-    stderr. The class grader and the Gradescope package (gradescope.py) both start here."""
+    stderr. The class grader and the Gradescope package (gradescope/) both start here."""
     rlimit_gb = default_rlimit_as_gb() if o.address_space_gb is None else o.address_space_gb
     gpu_fraction = (round(0.9 / o.jobs, 3) if gpu_present() else 0.0) if o.gpu_memory_fraction is None \
         else o.gpu_memory_fraction

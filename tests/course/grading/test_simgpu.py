@@ -1,4 +1,5 @@
-"""The simulated GPU that grades exercise 02 without a GPU follows the rules it claims (course_lib/grading/simgpu.py).
+"""The simulated GPU that grades exercise 02 without a GPU follows the rules it claims (the docstring of
+course_lib/grading/simgpu/__init__.py).
 
 Each scenario runs in a child process, as the graded tests' drivers do: the simulation patches torch and time
 for a whole process, and refuses to start in this one.

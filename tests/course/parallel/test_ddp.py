@@ -382,3 +382,13 @@ def test_the_explorer_builds_redraws_and_says_what_is_measured(caplog, capsys):
                 ddp_explorer(**bad)
     finally:
         plt.close("all")
+
+
+def test_the_pictures_are_imported_from_ddp_on_first_use():
+    from course_lib.parallel import ddp, ddp_pictures
+
+    assert ddp.ddp_explorer is ddp_pictures.ddp_explorer and ddp.draw_ddp_step is ddp_pictures.draw_ddp_step
+    assert set(ddp.__all__) <= set(vars(ddp)) | {"draw_ddp_step", "ddp_explorer"}
+    with pytest.raises(AttributeError):
+        ddp.no_such_name
+

@@ -1,15 +1,15 @@
-"""course.py's install shows pip's progress in a few lines, and never stays silent for long (pip -q printed nothing
-for 1 to 3 minutes on a fresh machine). pip itself is stood in for by a script that prints what pip prints."""
+"""course.py's install shows pip's progress in a few lines (course_lib/setup/pip_progress.py), and never stays silent
+for long (pip -q printed nothing for 1 to 3 minutes on a fresh machine). pip itself is stood in for by a script that
+prints what pip prints."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 import textwrap
 from pathlib import Path
 
-from course_lib.paths import ROOT
+from course_lib.setup.pip_progress import pip_with_progress
 
 FAKE_PIP = textwrap.dedent('''
     import sys, time
@@ -27,18 +27,11 @@ FAKE_PIP = textwrap.dedent('''
 ''')
 
 
-def _course_py():
-    spec = importlib.util.spec_from_file_location("course_py", ROOT / "course.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _fake_install(tmp_path, capfd, exit_code: int, heartbeat: float) -> tuple[int, str, str]:
     """pip_with_progress on the fake pip, ending with `exit_code`: its exit code, stdout and stderr."""
     script = tmp_path / "fake_pip.py"
     script.write_text(FAKE_PIP)
-    code = _course_py().pip_with_progress([sys.executable, str(script), str(exit_code)], heartbeat=heartbeat)
+    code = pip_with_progress([sys.executable, str(script), str(exit_code)], heartbeat=heartbeat)
     return (code, *capfd.readouterr())
 
 
@@ -71,10 +64,8 @@ def test_a_stopped_install_stops_pip(tmp_path):
 
     script = tmp_path / "slow_pip.py"
     script.write_text("import time\nprint('Collecting torch', flush=True)\ntime.sleep(60)\n")
-    code = ("import importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('course_py', {str(ROOT / 'course.py')!r})\n"
-            "course = importlib.util.module_from_spec(spec); spec.loader.exec_module(course)\n"
-            f"course.pip_with_progress([sys.executable, {str(script)!r}], heartbeat=0.2)\n")
+    code = ("import sys\nfrom course_lib.setup.pip_progress import pip_with_progress\n"
+            f"pip_with_progress([sys.executable, {str(script)!r}], heartbeat=0.2)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert "[course] pip: 1 packages so far, now torch" in parent.stdout.readline()  # pip is running

@@ -97,24 +97,26 @@ def test_course_py_and_the_browser_tests_agree_on_playwright_and_chromium():
 
 
 def test_without_root_a_missing_chromium_is_reported_and_the_browser_tests_skipped(monkeypatch, capsys):
-    course = _course_py()
-    monkeypatch.setattr(course, "chromium", lambda: None)
-    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)
-    monkeypatch.setattr(course.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
-    course.prepare_browser()
+    from course_lib.setup import system_packages
+
+    monkeypatch.setattr(system_packages, "chromium", lambda: None)
+    monkeypatch.setattr(system_packages.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(system_packages.subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    _course_py().prepare_browser()
     out = capsys.readouterr().out
     assert "browser tests will be SKIPPED" in out and "sudo apt-get install -y chromium" in out
 
 
 def test_as_root_a_missing_chromium_is_installed_with_apt_get_and_said_so(monkeypatch, capsys):
-    course = _course_py()
+    from course_lib.setup import system_packages
+
     ran = []
-    monkeypatch.setattr(course, "chromium", lambda: "/usr/lib/chromium/chromium" if ran else None)
-    monkeypatch.setattr(course.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(course.shutil, "which", lambda name: f"/usr/bin/{name}")
-    monkeypatch.setattr(course.subprocess, "run",
+    monkeypatch.setattr(system_packages, "chromium", lambda: "/usr/lib/chromium/chromium" if ran else None)
+    monkeypatch.setattr(system_packages.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(system_packages.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(system_packages.subprocess, "run",
                         lambda command, **kwargs: ran.append(command) or subprocess.CompletedProcess(command, 0))
-    course.prepare_browser()
+    _course_py().prepare_browser()
     assert ran == [["apt-get", "install", "-y", "-q", "chromium"]]
     assert "installing Debian's chromium for the browser tests" in capsys.readouterr().out
 
@@ -122,7 +124,7 @@ def test_as_root_a_missing_chromium_is_installed_with_apt_get_and_said_so(monkey
 def test_course_py_says_when_a_system_package_cannot_be_installed(monkeypatch, capsys):
     course = _course_py()
     assert course.SYSTEM_PACKAGES["bwrap"] == "bubblewrap"  # the grader's sandbox, installed by `course.py test`
-    monkeypatch.setattr(course.os, "geteuid", lambda: 1000)  # not root: nothing is installed, and it is said
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)  # not root: nothing is installed, and it is said
     course.ensure_system_packages({"no-such-command-for-the-course": "no-such-package"})
     assert "no-such-package missing, and it takes root and apt-get to install" in capsys.readouterr().out
 
@@ -176,9 +178,9 @@ def test_a_units_tests_share_one_worker_under_xdist(tmp_path):
 
 
 class FakeEnvironment:
-    """An environment as course.py's install() sees it, without pip: a prefix folder (where the stamp goes), the
-    torch its metadata reports, and a pip that only records what it was asked and puts in the locked torch when
-    it is not told to keep the one there."""
+    """An environment as course.py's install() (course_lib/setup/install.py) sees it, without pip: a prefix folder
+    (where the stamp goes), the torch its metadata reports, and a pip that only records what it was asked and puts in
+    the locked torch when it is not told to keep the one there."""
 
     def __init__(self, tmp_path, torch=""):
         self.prefix = tmp_path / "env"
@@ -198,7 +200,8 @@ class FakeEnvironment:
 
 @pytest.fixture
 def fake_install(monkeypatch, tmp_path):
-    course = _course_py()
+    from course_lib.setup import install as course
+
     environment = FakeEnvironment(tmp_path)
     monkeypatch.setattr(course.subprocess, "run", environment.run)
     # pip itself runs through pip_with_progress (its progress lines: test_install_progress.py)

@@ -1,5 +1,6 @@
 """The learner's check: progress as tests finish, the grader's time limits, where the learner's code failed, and a
-table that fits the terminal (course_lib/check.py).
+table that fits the terminal (course_lib/check.py runs the tests; check_result.py, check_display.py and
+check_failures.py beside it).
 
 The tests marked "runs pytest" grade a copy of solutions/ex00 that is broken on purpose, in a tmp folder, with
 `--target`: a syntax error; and an error three calls deep in shard_range beside an all_reduce_mean that is
