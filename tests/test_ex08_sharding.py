@@ -895,7 +895,8 @@ def _tensor_ids(value, ids):
 
 
 def _live_tensors_shaped(shapes, excluded):
-    """Tensors alive in this process (that Python sees) of one of these shapes, not among `excluded` (by id)."""
+    """Tensors alive in this process (that Python sees) of one of these shapes, not among `excluded` (by id); the
+    objects gc.freeze() set aside (all that existed before the driver built a model) are not looked at."""
     import gc
 
     gc.collect()
@@ -905,10 +906,14 @@ def _live_tensors_shaped(shapes, excluded):
 
 def _fsdp_driver(rank, world_size, module, cases, compute_dtype, scan=False):
     """Train MiniFSDP with SGD on this rank's rows; outputs, parameters, gradients, collectives, and with `scan`, the
-    tensors of a full weight's shape still alive after each case's last step (a scan of every object: 0.5 s)."""
+    tensors of a full weight's shape still alive after each case's last step (a scan of the objects made since the
+    driver started: the ~200,000 that torch and the rest had made before are frozen out of it, 0.5 s a scan else)."""
+    import gc
     import warnings
 
     _switch_off_shortcuts(module)
+    if scan:
+        gc.freeze()
     dtype = None if compute_dtype is None else getattr(torch, compute_dtype)
     out = []
     with warnings.catch_warnings():

@@ -83,7 +83,7 @@ def judge_command(judge: Judge, target: Path, report: Path, basetemp: Path, test
         # SIGALRM in the judge's main thread: it raises inside the launcher's wait, which kills the ranks. The
         # thread method would end the whole judge (os._exit) and lose the tests after this one.
         "-o", "timeout_method=signal",
-        "--target", str(target), "--course-report", str(report), "-q", "--tb=short", "-rN", *judge.tests,
+        "--target", str(target), "--course-report", str(report), "-q", "--tb=short", "-rN", "--exit-fast", *judge.tests,
     ]
     if confine is not None:
         command += ["--confine", str(confine)]
