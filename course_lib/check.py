@@ -158,7 +158,8 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
         limits_path.write_text(json.dumps({**limits, **after}))
         command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", str(target), "-q",
                    "--course-report", str(report_path), "-p", "no:cacheprovider",
-                   "--test-timeouts", str(limits_path), "--timeout", f"{ceiling:g}", "--exit-fast"]
+                   "--test-timeouts", str(limits_path), "--timeout", f"{ceiling:g}", "-o", "timeout_func_only=true",
+                   "--exit-fast"]
         if select:
             command += ["-k", select]
         with open(Path(scratch) / "output.txt", "w+", encoding="utf-8", errors="replace") as log:

@@ -166,11 +166,15 @@ def _apply_time_limits(items, limits: dict[str, float]) -> None:
     """A pytest-timeout marker per test the grader calibrated (see course_lib.instructor.grade.time_limits).
 
     pytest-timeout's signal method raises in the judge's main thread, inside the launcher's wait, whose
-    `finally` kills every rank: student code that ignores signals or sits in C changes nothing.
+    `finally` kills every rank: student code that ignores signals or sits in C changes nothing. The limit is the
+    test function's own (func_only), where the learner's code runs: a limit reached in a fixture's teardown failed
+    that test after its call had passed, and left pytest's setup state broken, so that the next test failed too
+    ("previous item was not torn down properly": a correct student lost 5 points so, in 1 of 3 gradings of
+    benchmarks/grade_class.py's class).
     """
     for item in items:
         if item.nodeid in limits:
-            item.add_marker(pytest.mark.timeout(limits[item.nodeid]))
+            item.add_marker(pytest.mark.timeout(limits[item.nodeid], func_only=True))
 
 
 def _exercise(item) -> str:
@@ -194,7 +198,7 @@ def pytest_runtest_protocol(item):
     exercise = _exercise(item)
     shorter = getattr(item.config, "course_limits_after_a_loop", {}).get(item.nodeid)
     if loops.loops_of(exercise) and shorter and shorter < (_time_limit(item) or float("inf")):
-        item.add_marker(pytest.mark.timeout(shorter), append=False)
+        item.add_marker(pytest.mark.timeout(shorter, func_only=True), append=False)
     loops.start_test(item.nodeid, _time_limit(item))
     looped = len(loops.loops_of(exercise))
     yield

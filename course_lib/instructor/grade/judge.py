@@ -82,7 +82,7 @@ def judge_command(judge: Judge, target: Path, report: Path, basetemp: Path, test
         "--import-mode=importlib", "--basetemp", str(basetemp), "-o", f"timeout={test_timeout:g}",
         # SIGALRM in the judge's main thread: it raises inside the launcher's wait, which kills the ranks. The
         # thread method would end the whole judge (os._exit) and lose the tests after this one.
-        "-o", "timeout_method=signal",
+        "-o", "timeout_method=signal", "-o", "timeout_func_only=true",  # the test's call: see grading.plugin
         "--target", str(target), "--course-report", str(report), "-q", "--tb=short", "-rN", "--exit-fast", *judge.tests,
     ]
     if confine is not None:
