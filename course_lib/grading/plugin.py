@@ -309,7 +309,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 def _exit_now(config) -> None:
     """The last of the exit handlers (--exit-fast): flush what is written and leave with pytest's exit status,
-    without the interpreter's teardown of every module, which torch's make take 1-2 s of a core (measured: 1.0 s
+    without the interpreter's teardown of every module, 1-2 s of a core once torch is loaded (measured: 1.0 s
     after the last exit handler, no system call in it, with the fork server's modules loaded; 0.6 s for torch
     alone). Only once pytest's session has finished (Ctrl-C too: its `finally` blocks have run by then); a pytest
     that never got that far leaves as usual."""
