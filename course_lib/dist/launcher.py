@@ -160,9 +160,12 @@ def _kill(process) -> None:
 class _Launch:
     """One launch in flight: its processes, their pipes, and what has come back."""
 
-    def __init__(self, job: RankJob):
+    def __init__(self, job: RankJob, keep: bool = False):
         _check(job)
         self.job, self.n = job, job.world_size
+        self.keep = keep  # the ranks stay up after returning, for further runs (course_lib.dist.warm)
+        self.job_conns: list = []  # the write ends of the kept ranks' job pipes
+        self.all_result_conns: dict = {}
         self.backend = None
         if job.init_process_group:
             self.backend, why = choose_backend(self.n, job.backend)
@@ -201,14 +204,19 @@ class _Launch:
             result_r, result_w = context().Pipe(duplex=False)
             out_r, out_w = context().Pipe(duplex=False)
             err_r, err_w = context().Pipe(duplex=False)
+            job_r, job_w = context().Pipe(duplex=False) if self.keep else (None, None)
             process = context().Process(target=rank_module.rank_main, name=f"rank-{rank}", daemon=False,
-                                       args=(rank, self.n, self.payload, result_w, out_w, err_w, options))
+                                       args=(rank, self.n, self.payload, result_w, out_w, err_w, options, job_r))
             with ranks_do_not_import_main(sandboxed()):
                 process.start()
-            for conn in (result_w, out_w, err_w):
-                conn.close()  # the rank holds the only write ends, so EOF means it is gone
+            for conn in (result_w, out_w, err_w, job_r):
+                if conn is not None:
+                    conn.close()  # the rank holds the only write ends, so EOF means it is gone
+            if job_w is not None:
+                self.job_conns.append(job_w)
             self.processes.append(process)
             self.result_conns[result_r] = rank
+            self.all_result_conns[result_r] = rank
             self.relay.watch(out_r, rank, 1)
             self.relay.watch(err_r, rank, 2)
 
@@ -219,7 +227,7 @@ class _Launch:
     def wait(self) -> list[Any]:
         deadline = time.monotonic() + self.job.timeout
         sentinels = {p.sentinel: rank for rank, p in enumerate(self.processes)}
-        while self.failure is None and (len(self.results) < self.n or len(self.exited) < self.n):
+        while self.failure is None and (len(self.results) < self.n or (not self.keep and len(self.exited) < self.n)):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -235,7 +243,7 @@ class _Launch:
                     self._on_exit(sentinels[obj])
         if self.failure is not None:
             raise self.failure
-        if len(self.results) < self.n or len(self.exited) < self.n:
+        if len(self.results) < self.n or (not self.keep and len(self.exited) < self.n):
             raise self._timeout()
         return [self.results[rank] for rank in range(self.n)]
 
@@ -293,6 +301,8 @@ class _Launch:
                              + textwrap.fill(detail, WIDTH))
 
     def close(self) -> None:
+        for conn in self.job_conns:
+            conn.close()
         if sandboxed():  # the pids the fork server reported are the sandbox's: never signal them out here
             kill_sandbox_processes()
             for process in self.processes:
@@ -307,7 +317,7 @@ class _Launch:
                 self.relay.pump(obj)
         self.relay.flush()
         self.relay.close()
-        for conn in self.result_conns:
+        for conn in {**self.result_conns, **self.all_result_conns}:
             conn.close()
         for process in self.processes:
             try:

@@ -10,6 +10,7 @@ import ctypes
 import faulthandler
 import io
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -155,45 +156,113 @@ def _init_process_group(rank: int, world_size: int, options: RankOptions) -> Non
     dist.barrier()
 
 
-def _run(rank: int, world_size: int, payload: bytes, options: RankOptions) -> tuple[bytes, bool]:
-    """Run the user's function; return the message for the parent and whether a group was made."""
-    initialised = False
+def _error(rank: int, exc: BaseException) -> bytes:
+    """The message that tells the parent why the rank's function (or its set-up) did not return."""
+    if isinstance(exc, SystemExit):
+        return ERROR + (
+            f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "
+            "exiting early counts as a failure.\n"
+        ).encode()
+    # Leave out this module's own frame: the traceback starts in the learner's code.
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next or exc.__traceback__)
+    return ERROR + "".join(lines).encode("utf-8", "replace")
+
+
+def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | None, bool]:
+    """Confine the rank and make its process group: (an error message or None, whether a group was made)."""
     try:
         if options.confinement is not None:
             options.confinement.apply()
-        fn, args = cloudpickle.loads(payload)
-        if options.stack_file and options.stack_after is not None:
-            # After apply(): the file is the rank's own user's. faulthandler writes from a C thread of its own,
-            # so a loop that never returns to Python's eval loop (a busy `while True: pass`) still shows.
-            stack = open(f"{options.stack_file}-{rank}", "w")  # noqa: SIM115 - open until the process ends
-            faulthandler.dump_traceback_later(max(0.01, options.stack_after), file=stack)
         if options.backend is not None:
             _init_process_group(rank, world_size, options)
-            initialised = True
+            return None, True
+        return None, False
+    except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+        return _error(rank, exc), False
+
+
+def _call(rank: int, world_size: int, payload: bytes, options: RankOptions, stack_after: float | None) -> bytes:
+    """Run one function the parent sent; the message for the parent (its result, or why there is none)."""
+    try:
+        fn, args = cloudpickle.loads(payload)
+        if options.stack_file and stack_after is not None:
+            # After apply(): the file is the rank's own user's; "w" empties what an earlier run of a kept rank left.
+            # faulthandler writes from a C thread of its own, so a loop that never returns to Python's eval loop (a
+            # busy `while True: pass`) still shows.
+            stack = open(f"{options.stack_file}-{rank}", "w")  # noqa: SIM115 - open until the process ends
+            faulthandler.dump_traceback_later(max(0.01, stack_after), file=stack)
         value = fn(rank, world_size, *args)
-        if options.stack_file and options.stack_after is not None:
+        if options.stack_file and stack_after is not None:
             faulthandler.cancel_dump_traceback_later()
         try:
-            return RESULT + encode_result(value, options.plain_results), initialised
+            return RESULT + encode_result(value, options.plain_results)
         except Exception as exc:  # noqa: BLE001
             return ERROR + (
                 f"its return value (a {type(value).__name__}) could not be sent back: {type(exc).__name__}: {exc}. "
                 "Return tensors, numbers, strings, or lists, tuples and dicts of those.\n"
-            ).encode(), initialised
-    except SystemExit as exc:
-        return ERROR + (
-            f"rank {rank} called sys.exit({exc.code!r}). A rank must return its result; "
-            "exiting early counts as a failure.\n"
-        ).encode(), initialised
+            ).encode()
     except BaseException as exc:  # noqa: BLE001 - every failure, KeyboardInterrupt included, goes back to the parent
-        # Leave out this module's own frame: the traceback starts in the learner's code.
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next or exc.__traceback__)
-        return ERROR + "".join(lines).encode("utf-8", "replace"), initialised
+        return _error(rank, exc)
+
+
+class _FreshState:
+    """What a new process starts with and a function may change: put back before each further run of a kept rank.
+
+    The random generators, the default dtype, grad mode and torch's threads: a kept rank's next run then starts
+    as a fresh rank would (course_lib.dist.warm), whatever the run before it changed.
+    """
+
+    def __init__(self, threads: int):
+        import random
+
+        self.threads = threads
+        self.torch_rng = torch.get_rng_state()
+        self.python_rng = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
+        self.dtype = torch.get_default_dtype()
+        self.cwd = os.getcwd()
+
+    def restore(self) -> None:
+        import random
+
+        torch.set_rng_state(self.torch_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(self.numpy_rng)
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(True)
+        torch.set_num_threads(self.threads)
+        os.chdir(self.cwd)
+
+
+def _send(result_conn, message: bytes) -> None:
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    result_conn.send_bytes(message)
+
+
+def _serve(rank: int, world_size: int, job_conn, result_conn, options: RankOptions, fresh: _FreshState) -> None:
+    """A kept rank: run each further function the parent sends (pickled: payload, stack_after) until it closes."""
+    while True:
+        try:
+            payload, stack_after = pickle.loads(job_conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        fresh.restore()
+        _send(result_conn, _call(rank, world_size, payload, options, stack_after))
 
 
 def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn, err_conn,
-              options: RankOptions) -> None:
-    """Entry point of one rank: set up, run the user's function, send back its result or its traceback."""
+              options: RankOptions, job_conn=None) -> None:
+    """Entry point of one rank: set up, run the user's function, send back its result or its traceback.
+
+    With `job_conn` (a kept rank, course_lib.dist.warm), it then runs each further function the parent sends on
+    that pipe, in the same process group, until the parent closes it.
+    """
     die_with_parent()
     _release_fork_server()
     os.setsid()  # its own process group: the parent kills the rank and anything it started in one call
@@ -207,14 +276,16 @@ def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn,
     # torch reads TORCH_DISTRIBUTED_DEBUG when it is imported, which the fork server did long ago.
     dist.set_debug_level_from_env()
     torch.set_num_threads(options.threads)
-    message, initialised = _run(rank, world_size, payload, options)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except Exception:  # noqa: BLE001
-        pass
-    # Report before tearing down: if the others are stuck in a collective, the parent hears of it now.
-    result_conn.send_bytes(message)
+    message, initialised = _set_up(rank, world_size, options)
+    if message is None:
+        fresh = _FreshState(options.threads) if job_conn is not None else None
+        message = _call(rank, world_size, payload, options, options.stack_after)
+        # Report before tearing down: if the others are stuck in a collective, the parent hears of it now.
+        _send(result_conn, message)
+        if fresh is not None and message[:1] == RESULT:
+            _serve(rank, world_size, job_conn, result_conn, options, fresh)
+    else:
+        _send(result_conn, message)
     if initialised:
         try:
             dist.destroy_process_group()

@@ -14,9 +14,11 @@ Graded tests never import the graded files: they reach them through course_lib.g
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -204,6 +206,16 @@ def pytest_runtest_protocol(item):
     yield
     if len(loops.loops_of(exercise)) > looped and item.config.course_report:
         append_record(item.config.course_report, {"looped": loops.summary()})
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item):
+    """The ranks a test's first run starts serve its further runs of the same shape, and stop when the test ends
+    (course_lib.dist.warm): where the runner is loaded, that is, in a graded test. Outside pytest-timeout's
+    limit of the call (tryfirst: the outer wrapper), which the stopping of the ranks does not count in."""
+    warm = sys.modules.get("course_lib.dist.warm")
+    with warm.ranks_kept() if warm is not None else contextlib.nullcontext():
+        yield
 
 
 def pytest_runtest_setup(item):

@@ -27,6 +27,7 @@ import cloudpickle
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob, run_ranks
 from course_lib.dist.forkserver import preload
+from course_lib.dist.warm import run_kept
 from course_lib.grading import loops, time_rule
 from course_lib.grading.results import unwritten_message
 
@@ -274,7 +275,7 @@ def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int |
                   dump_stacks_after=_stacks_after(timeout))
     kills = _memory_guard.kills() if _memory_guard is not None else 0
     try:
-        results = run_ranks(job)
+        results = run_kept(job)  # the ranks of this test's previous run, where the plugin keeps them
     except (RankFailed, LaunchTimeout) as error:
         if _memory_guard is not None and _memory_guard.kills() > kills:  # a rank was stopped for memory
             raise ExerciseStopped(f"{exercise}: {_memory_guard.message()}") from None
