@@ -74,9 +74,16 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
     projected = calibration + 100 * max(0.0, seconds - calibration) / len(grades)
     breakdown = {}
     for row in grades:
-        data = json.loads((out / row["student"] / "results.json").read_text())["extra_data"]
+        results = json.loads((out / row["student"] / "results.json").read_text())
+        data = results["extra_data"]
+        detail = row.get("detail", "")
+        if row["student"].startswith("student") and row["total"] != row["possible"]:
+            # A correct submission that lost points: which tests, and why (a time limit on a loaded machine?)
+            lost = [f"{t['name']}: {t['output'].strip().splitlines()[0] if t['output'].strip() else t['status']}"
+                    for t in results["tests"] if t.get("score", 0) < t.get("max_score", 0)]
+            detail = "; ".join([detail, *lost] if detail else lost)
         breakdown[row["student"]] = (row["status"], float(row["seconds"]), row["total"], row["possible"],
-                                     data.get("seconds_per_exercise", {}), row.get("detail", ""))
+                                     data.get("seconds_per_exercise", {}), detail)
     shutil.rmtree(out)
     return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
             f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}",

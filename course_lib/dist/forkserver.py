@@ -47,7 +47,9 @@ def start_fork_server(executable: str | None = None) -> None:
     global _context, _executable
     if _context is None:
         _context = mp.get_context("forkserver")
-    _context.set_forkserver_preload(list(_preload))
+    # Last, once every preload is in: the record of torch's and the course's functions that kept ranks put back
+    # between tests (course_lib.dist.fresh_state records it when imported; each rank forked after shares it).
+    _context.set_forkserver_preload([*_preload, "course_lib.dist.fresh_state"])
     from multiprocessing import forkserver
 
     server = forkserver._forkserver

@@ -165,6 +165,7 @@ class _Launch:
         self.job, self.n = job, job.world_size
         self.keep = keep  # the ranks stay up after returning, for further runs (course_lib.dist.warm)
         self.job_conns: list = []  # the write ends of the kept ranks' job pipes
+        self.reusable = keep
         self.all_result_conns: dict = {}
         self.backend = None
         if job.init_process_group:
@@ -260,11 +261,12 @@ class _Launch:
                 self._fail(rank, f"its result is larger than {MAX_RESULT_BYTES // 2**20} MiB")
             return
         kind, body = message[:1], message[1:]
-        from course_lib.dist.rank import RESULT
+        from course_lib.dist.rank import LAST, RESULT
 
-        if kind != RESULT:
+        if kind not in (RESULT, LAST):
             self._fail(rank, body.decode("utf-8", "replace"))
             return
+        self.reusable = self.reusable and kind == RESULT  # LAST: this kept rank serves no further run
         try:
             self.results[rank] = _decode_result(body, self.job.plain_results)
         except Exception as exc:  # noqa: BLE001
@@ -300,11 +302,14 @@ class _Launch:
         return LaunchTimeout(f"timed out after {self.job.timeout:g} s; {killed}.\n"
                              + textwrap.fill(detail, WIDTH))
 
-    def close(self) -> None:
+    def close(self, sweep: bool = True) -> None:
+        """Stop the ranks and close the pipes. In a sandbox, `sweep` stops every process in it but its fork server
+        (course_lib.dist.warm sweeps once for all the ranks it kept)."""
         for conn in self.job_conns:
             conn.close()
         if sandboxed():  # the pids the fork server reported are the sandbox's: never signal them out here
-            kill_sandbox_processes()
+            if sweep:
+                kill_sandbox_processes()
             for process in self.processes:
                 process.join(timeout=5)
         else:

@@ -65,8 +65,9 @@ _preload_dynamo()
 
 from course_lib.dist.backend import process_group_backend
 
-# Messages on the result pipe start with one of these bytes.
-RESULT, ERROR = b"R", b"E"
+# Messages on the result pipe start with one of these bytes. LAST: a result, after which a kept rank stops serving
+# (its run left a thread or a process running, which no later run should meet: course_lib.dist.fresh_state).
+RESULT, ERROR, LAST = b"R", b"E", b"L"
 
 
 @dataclass
@@ -168,11 +169,26 @@ def _error(rank: int, exc: BaseException) -> bytes:
     return ERROR + "".join(lines).encode("utf-8", "replace")
 
 
+def _dump_stack_later(rank: int, options: RankOptions, after: float | None) -> None:
+    """Write this rank's stack to its file `after` seconds from now, unless cancelled (the grader's loops).
+
+    After apply(): the file is the rank's own user's; "w" empties what an earlier run of a kept rank left.
+    faulthandler writes from a C thread of its own, so a loop that never returns to Python's eval loop (a busy
+    `while True: pass`) still shows.
+    """
+    if options.stack_file and after is not None:
+        stack = open(f"{options.stack_file}-{rank}", "w")  # noqa: SIM115 - open until the process ends
+        faulthandler.dump_traceback_later(max(0.01, after), file=stack)
+
+
 def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | None, bool]:
-    """Confine the rank and make its process group: (an error message or None, whether a group was made)."""
+    """Confine the rank, start the first run's stack timer (its time counts from here: a process group slow to
+    form on a loaded machine must not push the dump past the parent's deadline), and make the process group:
+    (an error message or None, whether a group was made)."""
     try:
         if options.confinement is not None:
             options.confinement.apply()
+        _dump_stack_later(rank, options, options.stack_after)
         if options.backend is not None:
             _init_process_group(rank, world_size, options)
             return None, True
@@ -181,18 +197,12 @@ def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | N
         return _error(rank, exc), False
 
 
-def _call(rank: int, world_size: int, payload: bytes, options: RankOptions, stack_after: float | None) -> bytes:
+def _call(rank: int, world_size: int, payload: bytes, options: RankOptions) -> bytes:
     """Run one function the parent sent; the message for the parent (its result, or why there is none)."""
     try:
         fn, args = cloudpickle.loads(payload)
-        if options.stack_file and stack_after is not None:
-            # After apply(): the file is the rank's own user's; "w" empties what an earlier run of a kept rank left.
-            # faulthandler writes from a C thread of its own, so a loop that never returns to Python's eval loop (a
-            # busy `while True: pass`) still shows.
-            stack = open(f"{options.stack_file}-{rank}", "w")  # noqa: SIM115 - open until the process ends
-            faulthandler.dump_traceback_later(max(0.01, stack_after), file=stack)
         value = fn(rank, world_size, *args)
-        if options.stack_file and stack_after is not None:
+        if options.stack_file:
             faulthandler.cancel_dump_traceback_later()
         try:
             return RESULT + encode_result(value, options.plain_results)
@@ -205,37 +215,6 @@ def _call(rank: int, world_size: int, payload: bytes, options: RankOptions, stac
         return _error(rank, exc)
 
 
-class _FreshState:
-    """What a new process starts with and a function may change: put back before each further run of a kept rank.
-
-    The random generators, the default dtype, grad mode and torch's threads: a kept rank's next run then starts
-    as a fresh rank would (course_lib.dist.warm), whatever the run before it changed.
-    """
-
-    def __init__(self, threads: int):
-        import random
-
-        self.threads = threads
-        self.torch_rng = torch.get_rng_state()
-        self.python_rng = random.getstate()
-        numpy = sys.modules.get("numpy")
-        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
-        self.dtype = torch.get_default_dtype()
-        self.cwd = os.getcwd()
-
-    def restore(self) -> None:
-        import random
-
-        torch.set_rng_state(self.torch_rng)
-        random.setstate(self.python_rng)
-        if self.numpy_rng is not None:
-            sys.modules["numpy"].random.set_state(self.numpy_rng)
-        torch.set_default_dtype(self.dtype)
-        torch.set_grad_enabled(True)
-        torch.set_num_threads(self.threads)
-        os.chdir(self.cwd)
-
-
 def _send(result_conn, message: bytes) -> None:
     try:
         sys.stdout.flush()
@@ -245,15 +224,21 @@ def _send(result_conn, message: bytes) -> None:
     result_conn.send_bytes(message)
 
 
-def _serve(rank: int, world_size: int, job_conn, result_conn, options: RankOptions, fresh: _FreshState) -> None:
-    """A kept rank: run each further function the parent sends (pickled: payload, stack_after) until it closes."""
+def _serve(rank: int, world_size: int, job_conn, result_conn, options: RankOptions, fresh) -> None:
+    """A kept rank: run each further function the parent sends (pickled: payload, stack_after, whether it starts
+    another test) until the parent closes the pipe, or until a run leaves what cannot be put back (LAST)."""
     while True:
         try:
-            payload, stack_after = pickle.loads(job_conn.recv_bytes())
+            payload, stack_after, new_test = pickle.loads(job_conn.recv_bytes())
         except (EOFError, OSError):
             return
-        fresh.restore()
-        _send(result_conn, _call(rank, world_size, payload, options, stack_after))
+        _dump_stack_later(rank, options, stack_after)
+        fresh.restore(new_test)
+        message = _call(rank, world_size, payload, options)
+        last = message[:1] == RESULT and not fresh.clean()
+        _send(result_conn, LAST + message[1:] if last else message)
+        if message[:1] != RESULT or last:
+            return
 
 
 def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn, err_conn,
@@ -278,8 +263,14 @@ def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn,
     torch.set_num_threads(options.threads)
     message, initialised = _set_up(rank, world_size, options)
     if message is None:
-        fresh = _FreshState(options.threads) if job_conn is not None else None
-        message = _call(rank, world_size, payload, options, options.stack_after)
+        fresh = None
+        if job_conn is not None:  # a kept rank: its state before its first run (course_lib.dist.fresh_state)
+            from course_lib.dist.fresh_state import FreshState
+
+            fresh = FreshState(options.threads)
+        message = _call(rank, world_size, payload, options)
+        if fresh is not None and message[:1] == RESULT and not fresh.clean():
+            message, fresh = LAST + message[1:], None
         # Report before tearing down: if the others are stuck in a collective, the parent hears of it now.
         _send(result_conn, message)
         if fresh is not None and message[:1] == RESULT:

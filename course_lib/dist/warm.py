@@ -21,9 +21,15 @@ import time
 from multiprocessing.connection import wait
 from typing import Any
 
+from course_lib.dist.forkserver import kill_sandbox_processes, sandboxed
 from course_lib.dist.launcher import RankJob, _Launch, _payload, run_ranks
 
-__all__ = ["ranks_kept", "run_kept", "release"]
+__all__ = ["ranks_kept", "run_kept", "release_all", "MAX_KEPT_RANKS"]
+
+# At most this many ranks kept at once, enough for world sizes 1 to 5 side by side (exercise 04: the parametrized
+# tests go through them in turn). An idle kept rank holds 46-49 MB of its own memory (measured with
+# /proc/PID/smaps_rollup's Private lines: a student's memory limit counts them): the least recently used go first.
+MAX_KEPT_RANKS = 16
 
 
 class KeptLaunch(_Launch):
@@ -31,12 +37,13 @@ class KeptLaunch(_Launch):
 
     def __init__(self, job: RankJob):
         super().__init__(job, keep=True)
+        self.block = 0  # the ranks_kept() block of its last run
 
-    def run_again(self, job: RankJob) -> None:
+    def run_again(self, job: RankJob, new_test: bool) -> None:
         """Send the kept ranks another job (its own function, arguments and time); then wait() for its results."""
         self.job, self.payload, self.results = job, _payload(job), {}
         self.result_conns = dict(self.all_result_conns)
-        message = pickle.dumps((self.payload, job.dump_stacks_after))
+        message = pickle.dumps((self.payload, job.dump_stacks_after, new_test))
         for rank, conn in enumerate(self.job_conns):
             try:
                 conn.send_bytes(message)
@@ -45,8 +52,7 @@ class KeptLaunch(_Launch):
                 raise self.failure from None
 
     def finish(self, grace: float = 2.0) -> None:
-        """Tell the ranks no job follows, and give them `grace` seconds to destroy their process group and exit
-        (close() then stops whatever is left)."""
+        """Tell the ranks no job follows, and give them `grace` seconds to destroy their process group and exit."""
         for conn in self.job_conns:
             conn.close()
         self.job_conns = []
@@ -61,8 +67,9 @@ class KeptLaunch(_Launch):
                     self.exited.add(sentinels[ready])
 
 
-_kept: KeptLaunch | None = None
-_shape: tuple | None = None
+_pools: dict[tuple, KeptLaunch] = {}  # by shape, the least recently used first
+_group: Any = None
+_block = 0
 _active = False
 
 
@@ -75,45 +82,82 @@ def _shape_of(job: RankJob) -> tuple:
 
 
 @contextlib.contextmanager
-def ranks_kept():
-    """Within this block, run_kept() keeps ranks up between runs of the same shape; they stop when it ends."""
-    global _active
+def ranks_kept(group: Any = None):
+    """Within this block, run_kept() keeps ranks up between runs of the same shape.
+
+    group None: they stop when the block ends. Otherwise they stay for the next block of the same group (the
+    course's plugin: one block per test, the test's exercise as the group), and stop when a block of another group
+    starts, or at release_all(); the first run of each block puts back what the last block's runs changed.
+    """
+    global _active, _group, _block
+    if group is None or group != _group:
+        release_all()
+    _group, _block = group, _block + 1
     outer, _active = _active, True
     try:
         yield
     finally:
         _active = outer
-        release(graceful=True)
+        if group is None:
+            release_all()
 
 
 def run_kept(job: RankJob) -> list[Any]:
-    """run_ranks(job), on the ranks the previous run of the same shape left up, inside ranks_kept()."""
-    global _kept, _shape
+    """run_ranks(job), on ranks an earlier run of the same shape left up, inside ranks_kept()."""
     if not _active:
         return run_ranks(job)
     shape = _shape_of(job)
-    if _kept is not None and shape != _shape:
-        release(graceful=True)
+    kept = _pools.pop(shape, None)
     try:
-        if _kept is None:
-            _kept, _shape = KeptLaunch(job), shape
-            _kept.start()
+        if kept is None:
+            _make_room(job.world_size)
+            kept = _pools[shape] = KeptLaunch(job)
+            kept.start()
         else:
-            _kept.run_again(job)
-        return _kept.wait()
+            _pools[shape] = kept  # now the most recently used
+            kept.run_again(job, new_test=kept.block != _block)
+        kept.block = _block
+        results = kept.wait()
     except BaseException:
-        release(graceful=False)  # a rank may be stuck in a collective, or still looping: stop them all now
+        release_all(graceful=False)  # a rank may be stuck in a collective, or still looping: stop them all now
         raise
+    if not kept.reusable:
+        _release(shape)
+    return results
 
 
-def release(graceful: bool = True) -> None:
-    """Stop the kept ranks, if any: graceful lets them destroy their process group and exit first."""
-    global _kept, _shape
-    kept, _kept, _shape = _kept, None, None
-    if kept is None:
-        return
+def _make_room(ranks: int) -> None:
+    while _pools and sum(k.n for k in _pools.values()) + ranks > MAX_KEPT_RANKS:
+        _release(next(iter(_pools)))
+
+
+def _release(shape: tuple) -> None:
+    """Stop one kept launch, the others staying up: where its ranks do not all exit in time, in a sandbox, the
+    sweep that stops them stops the others too."""
+    kept = _pools.pop(shape)
+    try:
+        kept.finish()
+    finally:
+        exited = len(kept.exited) == kept.n
+        kept.close(sweep=not exited)
+        if not exited and sandboxed():
+            release_all(graceful=False)
+
+
+def release_all(graceful: bool = True) -> None:
+    """Stop every kept rank: graceful lets them destroy their process groups and exit first."""
+    pools = list(_pools.values())
+    _pools.clear()
     try:
         if graceful:
-            kept.finish()
+            for kept in pools:
+                kept.job_conns, conns = [], kept.job_conns
+                for conn in conns:
+                    conn.close()  # all at once: they exit side by side
+            for kept in pools:
+                kept.finish()
     finally:
-        kept.close()
+        if pools and sandboxed():
+            kill_sandbox_processes()  # once for all (and whatever their runs started)
+        for kept in pools:
+            kept.close(sweep=False)

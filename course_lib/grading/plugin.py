@@ -210,11 +210,12 @@ def pytest_runtest_protocol(item):
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_call(item):
-    """The ranks a test's first run starts serve its further runs of the same shape, and stop when the test ends
-    (course_lib.dist.warm): where the runner is loaded, that is, in a graded test. Outside pytest-timeout's
-    limit of the call (tryfirst: the outer wrapper), which the stopping of the ranks does not count in."""
+    """The ranks a graded test's runs start serve its exercise's further runs of the same shape, and stop when the
+    next exercise's tests start (course_lib.dist.warm): where the runner is loaded, that is, in a graded test.
+    Outside pytest-timeout's limit of the call (tryfirst: the outer wrapper)."""
     warm = sys.modules.get("course_lib.dist.warm")
-    with warm.ranks_kept() if warm is not None else contextlib.nullcontext():
+    exercise = _exercise(item)
+    with warm.ranks_kept(None if exercise == "other" else exercise) if warm else contextlib.nullcontext():
         yield
 
 
@@ -305,6 +306,9 @@ def _timed(config) -> bool:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    warm = sys.modules.get("course_lib.dist.warm")
+    if warm is not None:
+        warm.release_all()  # the ranks the last exercise's tests kept
     if session.config.getoption("--confine"):
         from course_lib.grading import runner
 

@@ -84,16 +84,76 @@ def test_runs_of_one_shape_share_the_ranks_and_start_fresh(world_size):
     assert _gone(pids), "the kept ranks stop when the block ends"
 
 
-def test_another_shape_or_outside_the_block_starts_new_ranks(monkeypatch):
+def test_each_shape_keeps_its_own_ranks_and_outside_a_block_none_are_kept(monkeypatch):
     with ranks_kept():
         two = run_kept(_job(_who, 2))
         three = run_kept(_job(_who, 3))
         single = run_kept(_job(_who, 1, group=False))
-        assert _gone([r["pid"] for r in two + three]), "a run of another shape stops the kept ranks first"
+        two_again = run_kept(_job(_who, 2))
+        assert [r["pid"] for r in two_again] == [r["pid"] for r in two], "another shape in between keeps them"
+        assert not {r["pid"] for r in three} & {r["pid"] for r in two}
+    assert _gone([r["pid"] for r in two + three + single])
     monkeypatch.setattr(warm, "_active", False)  # as outside any test (the course's plugin keeps them in one)
     outside = [run_kept(_job(_who, 2)) for _ in range(2)]
     assert {r["pid"] for r in outside[0]}.isdisjoint(r["pid"] for r in outside[1]), "outside: new ranks each run"
-    assert _gone([r["pid"] for r in single + outside[0] + outside[1]])
+    assert _gone([r["pid"] for r in outside[0] + outside[1]])
+
+
+def _patch(rank, world_size):
+    """What a test's driver does to switch a shortcut off: rebind a function of torch's, and of the course's."""
+    import torch.distributed as dist
+
+    import course_lib.tables
+
+    dist.all_reduce = None
+    course_lib.tables.plural = None
+    course_lib.tables.added_by_a_test = len
+    import torch
+
+    torch.Tensor.counted_by_a_test = lambda self: 1
+    torch.nn.Linear.forward = None  # as exercise 05's tests switch DistributedDataParallel.__init__ off
+    return os.getpid()
+
+
+def _untouched(rank, world_size):
+    import torch
+    import torch.distributed as dist
+
+    import course_lib.tables
+
+    return {"pid": os.getpid(), "all_reduce": callable(dist.all_reduce), "plural": callable(course_lib.tables.plural),
+            "added": hasattr(course_lib.tables, "added_by_a_test"), "tensor": hasattr(torch.Tensor, "counted_by_a_test"),
+            "linear": callable(torch.nn.Linear.forward)}
+
+
+def _leave_a_thread(rank, world_size):
+    import threading
+
+    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    return os.getpid()
+
+
+def test_an_exercise_keeps_its_ranks_across_its_tests_each_test_starting_as_new():
+    pristine = {"all_reduce": True, "plural": True, "added": False, "tensor": False, "linear": True}
+    with ranks_kept("exA"):
+        first = run_kept(_job(_patch, 2))
+        assert all(value is False for r in run_kept(_job(_untouched, 2)) for key, value in r.items()
+                   if key in ("all_reduce", "plural", "linear")), "within one test, what a run changed stays"
+    with ranks_kept("exA"):  # the exercise's next test: the same ranks, what the last test changed put back
+        second = run_kept(_job(_untouched, 2))
+        assert [r["pid"] for r in second] == first
+        assert [{k: r[k] for k in pristine} for r in second] == [pristine] * 2
+        threads = run_kept(_job(_leave_a_thread, 2))
+        assert threads == first
+        after = run_kept(_job(_untouched, 2))  # a thread left running cannot be put back: new ranks
+        assert not {r["pid"] for r in after} & set(first)
+        assert _gone(first)
+    with ranks_kept("exB"):  # another exercise: new ranks
+        other = run_kept(_job(_untouched, 2))
+        assert not {r["pid"] for r in other} & {r["pid"] for r in after}
+        assert _gone([r["pid"] for r in after])
+    warm.release_all()
+    assert _gone([r["pid"] for r in other])
 
 
 def test_a_failed_or_stopped_run_leaves_no_rank_for_the_next():

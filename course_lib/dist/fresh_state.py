@@ -1,0 +1,159 @@
+"""What a kept rank puts back between runs, so that each run starts as it would in a new rank (course_lib.dist.warm).
+
+Before every further run: the random generators (torch's, Python's, NumPy's), the default dtype, grad mode,
+torch's threads and the working folder. Before the first run of another test, also what that test's code replaced
+in torch's and the course's modules and in the classes tests count or refuse calls of (a graded test's driver
+switches the lesson's shortcuts off: course_lib.grading.shortcuts), the import hooks, sys.path, the environment,
+and the course's modules imported since (imported again when next asked for). What cannot be put back, a thread or
+a child process a run left running, `clean()` reports: the rank then sends its result and stops serving.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import threading
+import types
+
+import torch
+import torch.distributed as dist
+
+_MISSING = object()
+
+
+def _watched(name: str) -> bool:
+    """The modules whose names a run may rebind (about 1,100 once the fork server's preloads are in: 5 ms to copy)."""
+    return name == "torch" or name.startswith(("torch.", "course_lib."))
+
+
+# The classes whose methods a test or a learner may rebind (to count calls, or to refuse a shortcut: exercise 05's
+# tests switch torch's DistributedDataParallel.__init__ off), by the module that defines them: about 800 classes,
+# 21 ms to copy once per kept rank, 3 ms to compare at each test's first run.
+_CLASS_HOMES = ("torch.nn", "torch.optim", "torch.distributed", "torch.amp", "torch.autograd", "torch.cuda",
+                "torch.utils.data", "course_lib")
+
+
+def _classes(modules) -> list[type]:
+    found = {torch.Tensor: None, torch._C.TensorBase: None}
+    for module in modules:
+        for value in list(vars(module).values()):
+            # issubclass(type(value), type), not isinstance(value, type): isinstance reads value.__class__, which a
+            # deprecated name (torch.distributed.reduce_op) answers with a warning.
+            if issubclass(type(value), type) and str(vars(value).get("__module__", "")).startswith(_CLASS_HOMES):
+                found[value] = None
+    return list(found)
+
+
+def _is_code(value) -> bool:
+    """A function, method, class or descriptor: what a test or a learner rebinds to patch something (torch's own state, its
+    counters, caches and registries, is data, and stays as torch left it: putting that back breaks torch)."""
+    return (callable(value) and not isinstance(value, types.ModuleType)) or isinstance(
+        value, (property, classmethod, staticmethod))
+
+
+def _code_of(namespace) -> tuple[set, dict]:
+    """Every name a namespace has, and the functions and classes among its values."""
+    return set(namespace), {k: v for k, v in namespace.items() if _is_code(v)}
+
+
+def _put_back(namespace: dict, saved: tuple[set, dict], set_item) -> None:
+    """Rebind the functions and classes rebound since, delete those added under new names since (a submodule
+    imported since stays: a later `import torch.x` finds it in sys.modules and would not set the attribute again)."""
+    names, code = saved
+    for name in [n for n, v in namespace.items() if n not in names and _is_code(v)]:
+        set_item(name, _MISSING)
+    for name, value in code.items():
+        if namespace.get(name, _MISSING) is not value:
+            set_item(name, value)
+
+
+def _module_setter(module):
+    def set_item(name, value):
+        if value is _MISSING:
+            del vars(module)[name]
+        else:
+            vars(module)[name] = value
+    return set_item
+
+
+def _class_setter(cls):
+    def set_item(name, value):
+        if value is _MISSING:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, value)
+    return set_item
+
+
+def _children() -> list[str]:
+    """This process's child processes (Linux; elsewhere none are seen)."""
+    found = []
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                found += handle.read().split()
+    except OSError:
+        pass
+    return found
+
+
+def _record() -> tuple[dict, dict]:
+    """Every watched module's functions and classes, and the watched classes' methods, as they are now."""
+    modules = {name: (module, _code_of(vars(module))) for name, module in list(sys.modules.items())
+               if module is not None and _watched(name)}
+    classes = {cls: _code_of(vars(cls)) for cls in _classes(m for m, _ in modules.values())}
+    return modules, classes
+
+
+# Recorded once per process, when this module is first imported: the fork server imports it after all its preloads
+# (course_lib.dist.forkserver), so the 25 ms this takes is spent once, not in each kept rank; a rank forked from
+# elsewhere imports it at its first run and records then.
+_RECORDED = _record()
+
+
+class FreshState:
+    """A rank's state before its first run; restore() puts it back, clean() says whether it can be."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.torch_rng = torch.get_rng_state()
+        self.python_rng = random.getstate()
+        numpy = sys.modules.get("numpy")
+        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
+        self.dtype = torch.get_default_dtype()
+        self.cwd = os.getcwd()
+        self.modules, self.classes = _RECORDED
+        self.meta_path, self.path, self.environ = list(sys.meta_path), list(sys.path), dict(os.environ)
+        self.python_threads = threading.active_count()
+
+    def restore(self, new_test: bool = False) -> None:
+        """Before a further run; `new_test`: the run is another test's, so the modules are put back too."""
+        torch.set_rng_state(self.torch_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(self.numpy_rng)
+        torch.set_default_dtype(self.dtype)
+        torch.set_grad_enabled(True)
+        torch.set_num_threads(self.threads)
+        os.chdir(self.cwd)
+        if new_test:
+            self._restore_modules()
+
+    def _restore_modules(self) -> None:
+        for name in [n for n in sys.modules if n.startswith("course_lib.") and n not in self.modules]:
+            del sys.modules[name]  # imported (and perhaps switched off) by the last test: imported anew if asked
+        for name, (module, saved) in self.modules.items():
+            sys.modules[name] = module
+            _put_back(vars(module), saved, _module_setter(module))
+        for cls, saved in self.classes.items():
+            _put_back(dict(vars(cls)), saved, _class_setter(cls))
+        sys.meta_path[:] = self.meta_path
+        sys.path[:] = self.path
+        if dict(os.environ) != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+
+    def clean(self) -> bool:
+        """Whether the last run left no Python thread and no child process running."""
+        return threading.active_count() <= self.python_threads and not _children()
