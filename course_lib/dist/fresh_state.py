@@ -48,8 +48,11 @@ def _classes(modules) -> list[type]:
 def _is_code(value) -> bool:
     """A function, method, class or descriptor: what a test or a learner rebinds to patch something (torch's own state, its
     counters, caches and registries, is data, and stays as torch left it: putting that back breaks torch)."""
-    return (callable(value) and not isinstance(value, types.ModuleType)) or isinstance(
-        value, (property, classmethod, staticmethod))
+    # type(value), never isinstance(value, ...): isinstance reads value.__class__, which a deprecated name
+    # (torch.distributed.reduce_op) answers with a FutureWarning; callable() reads only the type.
+    kind = type(value)
+    return (callable(value) and not issubclass(kind, types.ModuleType)) or issubclass(
+        kind, (property, classmethod, staticmethod))
 
 
 def _code_of(namespace) -> tuple[set, dict]:
