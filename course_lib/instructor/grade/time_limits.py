@@ -190,17 +190,29 @@ def _grade_reference(s: Settings, uid: int | None) -> dict:
             "seconds": run.seconds, "memory_peak_bytes": run.memory_peak_bytes}
 
 
+def contention(jobs: int, cores: int | None = None) -> float:
+    """How much slower a test runs with `jobs` judges at a time than the reference did alone.
+
+    A judge's test keeps about two cores busy (most graded tests launch two or three ranks, which the reference ran
+    on every core), so judges share the machine once jobs × 2 exceeds the cores: on 2 cores `--jobs 2` is 2 (a
+    correct student's 3-rank test of ex05 took over 4 × its reference time beside another judge, and lost its
+    points, with the factor 4 this gave before), on 4 cores 1, on 16 cores `--jobs 8` 1, on one core `--jobs` itself.
+    """
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = max(cores, 1)
+    return max(1.0, jobs * min(2, cores) / cores)
+
+
 def calibrate(s: Settings, uid: int | None, factor: float = 4.0, floor: float = 5.0, jobs: int = 1,
               use_cache: bool = True) -> TimeLimits:
     """Grade the reference solutions (or read the cache); the time limit of each test, written for the judges.
 
-    The reference runs alone while the students run `jobs` at a time: with more jobs than cores the factor
-    grows in proportion.
+    The reference runs alone while the students run `jobs` at a time: the factor grows by `contention(jobs)`.
     """
     reference, cached = _reference(s, uid, use_cache)
     cache = CACHE
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    factor = round(factor * max(1.0, jobs / cores), 2)
+    factor = round(factor * contention(jobs), 2)
     limits = calibrated_limits(reference["durations"], factor, floor, s.test_timeout)
     result = TimeLimits(limits, factor, floor, s.test_timeout, reference["durations"], reference["seconds"],
                         reference["memory_peak_bytes"], str(cache), cached)
