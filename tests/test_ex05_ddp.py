@@ -144,6 +144,7 @@ BUCKET_CASES = [
     ([1000, 1000, 10**6, 10**6, 48576, 10**6], 1.0, 1.0, False),
     ([5, 1, 999, 600], 1000 / MiB, 600 / MiB, False),   # the SECOND bucket filled exactly: 999 + 1 closes it
     ([4096.0, 4e6, 512, 1048576.0], 25.0, 1.0, False),  # integral floats are sizes (converted with int())
+    ([7, 599], 1000 / MiB, 600 / MiB, False),  # the first bucket one byte short of its limit takes the next one too
 ]
 
 

@@ -140,6 +140,9 @@ class FreshState:
         torch.set_grad_enabled(True)
         torch.set_num_threads(self.threads)
         os.chdir(self.cwd)
+        if torch.cuda.is_initialized():  # only a run can have initialised CUDA (a rank is forked before): GPU 0, its
+            torch.cuda.set_device(0)  # default stream, as a new rank starts (unverified: no GPU on the course's CI)
+            torch.cuda.set_stream(torch.cuda.default_stream())
         if new_test:
             self._restore_modules()
 
