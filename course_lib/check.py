@@ -29,7 +29,7 @@ from pathlib import Path
 
 from course_lib import paths, stopping
 from course_lib.tables import plural
-from course_lib.grading import time_rule
+from course_lib.grading import PLUGIN_OPTIONS, PLUGINS_WITHOUT_AUTOLOAD, time_rule
 from course_lib.grading.results import TestOutcome, read_report
 
 # This module runs the tests; beside it, check_result.py is what they came to (points, rows, messages),
@@ -159,14 +159,14 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
         command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", str(target), "-q",
                    "--course-report", str(report_path), "-p", "no:cacheprovider",
                    "--test-timeouts", str(limits_path), "--timeout", f"{ceiling:g}", "-o", "timeout_func_only=true",
-                   "--exit-fast"]
+                   "--exit-fast", *PLUGIN_OPTIONS]
         if select:
             command += ["-k", select]
         with open(Path(scratch) / "output.txt", "w+", encoding="utf-8", errors="replace") as log:
             # A session of its own: its ranks too are stopped with it. It dies with this process, even SIGKILLed
             # (a kernel that JupyterLab kills while check runs in it).
             process = subprocess.Popen(command, cwd=paths.ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True, env={**os.environ, **stopping.dies_with_me()})
+                                       start_new_session=True, env={**os.environ, **PLUGINS_WITHOUT_AUTOLOAD, **stopping.dies_with_me()})
             note = ""
             try:
                 note = _follow(process, report_path, limits, ceiling, timeout, progress, result_of)

@@ -1,13 +1,18 @@
-"""Which backend the ranks use, and which device a rank's tensors belong on (notebook 04)."""
+"""Which backend the ranks use, and which device a rank's tensors belong on (notebook 04).
+
+Without torch at import (it comes with the first call): importing course_lib.dist lets the graders' pytest start its
+fork server, which imports torch, before it imports torch itself.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
-import torch
-
-from course_lib.devices import cuda_gpu_count
 from course_lib.tables import plural
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["choose_backend", "process_group_backend", "rank_device", "LaunchError"]
 
@@ -22,6 +27,8 @@ def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, st
     NCCL when every rank can have its own CUDA GPU, else gloo on the CPU.
     """
     import torch.distributed as dist
+
+    from course_lib.devices import cuda_gpu_count
 
     gpus = cuda_gpu_count()
     if backend is None:
@@ -61,6 +68,7 @@ def rank_device() -> torch.device:
     Call it inside a rank. The GPU comes from the *local* rank, never the global one: on a second
     machine, global rank 11 is local rank 3 and there is no cuda:11.
     """
+    import torch
     import torch.distributed as dist
 
     if not dist.is_initialized():

@@ -22,7 +22,6 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-from course_lib.devices import usable_cores
 from course_lib.dist.backend import LaunchError, choose_backend
 from course_lib.dist.forkserver import (ranks_do_not_import_main, context, kill_sandbox_processes, sandboxed,
                                         start_fork_server)
@@ -77,6 +76,9 @@ class RankJob:
     # texts come back in `stacks` {rank: text} when the launch ends, even when it was stopped (the grader's loops).
     dump_stacks_after: float | None = None
     stacks: dict[int, str] = field(default_factory=dict, repr=False)
+    # Lower the priority of gloo's network thread in each rank (course_lib.dist.rank.yield_gloo_network_thread):
+    # the graders' runner, whose tests time no collective. Learners' launches keep gloo as torchrun runs it.
+    yield_gloo_network_thread: bool = False
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
@@ -182,6 +184,7 @@ class _Launch:
         self.scratch: str | None = None
 
     def start(self) -> None:
+        from course_lib.devices import usable_cores
         from course_lib.dist import rank as rank_module
 
         start_fork_server(getattr(self.job.confinement, "fork_server_executable", None))
@@ -200,6 +203,7 @@ class _Launch:
             confinement=self.job.confinement,
             stack_file=os.path.join(self.scratch, "stack") if self.job.dump_stacks_after is not None else None,
             stack_after=self.job.dump_stacks_after,
+            yield_gloo_network_thread=self.job.yield_gloo_network_thread,
         )
         for rank in range(self.n):
             result_r, result_w = context().Pipe(duplex=False)

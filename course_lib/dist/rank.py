@@ -83,6 +83,7 @@ class RankOptions:
     confinement: Any = None  # an object whose apply() confines the rank (the grader's policy), or None
     stack_file: str | None = None  # where a rank still running after stack_after seconds writes its stack (+ -rank)
     stack_after: float | None = None
+    yield_gloo_network_thread: bool = False  # before each run: yield_gloo_network_thread()
 
 
 def die_with_parent() -> None:
@@ -157,6 +158,31 @@ def _init_process_group(rank: int, world_size: int, options: RankOptions) -> Non
     dist.barrier()
 
 
+def yield_gloo_network_thread() -> None:
+    """Give gloo's network threads (one per process group, named gloo_tcp_loop) the lowest priority, nice 19.
+
+    When a peer's message arrives before this rank has posted the receive it is for, gloo leaves it unread in the
+    socket (tcp/pair.cc: "Buffer not (yet) registered, leave it for next loop iteration"), so epoll_wait returns at
+    once, again and again: the thread spins until the rank's own thread gets to the receive. With more ranks than
+    cores that spin takes the core the rank needs (measured, 2 cores, 3 ranks, 16-byte all_reduce: 0.75 ms of the
+    spinning thread's CPU per call; 2.2-3.0 ms a call at nice 0, 0.85-1.15 ms at nice 19). Threads of groups made
+    since the last call too; a thread already at 19 is left alone. Linux only; elsewhere nothing happens.
+    """
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return
+    for tid in threads:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as name:
+                if name.read().strip() != "gloo_tcp_loop":
+                    continue
+            if os.getpriority(os.PRIO_PROCESS, int(tid)) < 19:
+                os.setpriority(os.PRIO_PROCESS, int(tid), 19)
+        except OSError:  # gone since listed
+            pass
+
+
 def _error(rank: int, exc: BaseException) -> bytes:
     """The message that tells the parent why the rank's function (or its set-up) did not return."""
     if isinstance(exc, SystemExit):
@@ -201,6 +227,8 @@ def _call(rank: int, world_size: int, payload: bytes, options: RankOptions) -> b
     """Run one function the parent sent; the message for the parent (its result, or why there is none)."""
     try:
         fn, args = cloudpickle.loads(payload)
+        if options.yield_gloo_network_thread:
+            yield_gloo_network_thread()
         value = fn(rank, world_size, *args)
         if options.stack_file:
             faulthandler.cancel_dump_traceback_later()

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_lib.grading import PLUGIN_OPTIONS, PLUGINS_WITHOUT_AUTOLOAD
 from course_lib.grading.results import Report, TestOutcome, read_report
 from course_lib.paths import ROOT, TESTS
 
@@ -63,6 +64,7 @@ def judge_env(home: Path, sandboxed: bool = False) -> dict[str, str]:
         PYTHONNOUSERSITE="1",  # nothing a student planted in ~/.local runs in the next judge
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
+        **PLUGINS_WITHOUT_AUTOLOAD,
         HOME=str(home),
         TMPDIR=str(home / "tmp"),
     )
@@ -79,6 +81,7 @@ def judge_command(judge: Judge, target: Path, report: Path, basetemp: Path, test
     command = [
         sys.executable, "-m", "pytest", "-c", str(judge.folder / "pytest.ini"), "--rootdir", str(judge.folder),
         "--confcutdir", str(judge.folder), "-p", "no:cacheprovider", "-p", "course_lib.grading.plugin",
+        *PLUGIN_OPTIONS,
         "--import-mode=importlib", "--basetemp", str(basetemp), "-o", f"timeout={test_timeout:g}",
         # SIGALRM in the judge's main thread: it raises inside the launcher's wait, which kills the ranks. The
         # thread method would end the whole judge (os._exit) and lose the tests after this one.
