@@ -29,7 +29,7 @@ from pathlib import Path
 
 from course_lib import paths, stopping
 from course_lib.tables import plural
-from course_lib.grading import PLUGIN_OPTIONS, PLUGINS_WITHOUT_AUTOLOAD, time_rule
+from course_lib.grading import GRADED_RUN_ENV, PLUGIN_OPTIONS, time_rule
 from course_lib.grading.results import TestOutcome, read_report
 
 # This module runs the tests; beside it, check_result.py is what they came to (points, rows, messages),
@@ -166,7 +166,8 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
             # A session of its own: its ranks too are stopped with it. It dies with this process, even SIGKILLed
             # (a kernel that JupyterLab kills while check runs in it).
             process = subprocess.Popen(command, cwd=paths.ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True, env={**os.environ, **PLUGINS_WITHOUT_AUTOLOAD, **stopping.dies_with_me()})
+                                       start_new_session=True,
+                                       env={**os.environ, **GRADED_RUN_ENV, **stopping.dies_with_me()})
             note = ""
             try:
                 note = _follow(process, report_path, limits, ceiling, timeout, progress, result_of)

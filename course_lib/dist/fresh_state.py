@@ -10,6 +10,7 @@ a child process a run left running, `clean()` reports: the rank then sends its r
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import sys
@@ -127,6 +128,10 @@ def _record() -> tuple[dict, dict]:
 # (course_lib.dist.forkserver), so the 25 ms this takes is spent once, not in each kept rank; a rank forked from
 # elsewhere imports it at its first run and records then.
 _RECORDED = _record()
+# And what is loaded so far moves to the garbage collector's permanent generation: a rank's collections then no longer
+# walk torch's half a million objects (the rank shares them with the fork server, and walking them also copies their
+# pages). Measured over the nine exercises' graded tests: 1.6 s of collections in pytest's process alone, before.
+gc.freeze()
 
 
 class FreshState:

@@ -195,7 +195,7 @@ class _Launch:
             backend=self.backend,
             store_path=os.path.join(self.scratch, "store"),
             # Collectives time out a little after the launch does, so a hang always ends as one LaunchTimeout.
-            pg_timeout=self.job.timeout + 10,
+            pg_timeout=self.group_timeout() + 10,
             threads=max(1, usable_cores() // self.n),
             plain_results=self.job.plain_results,
             # The ranks fork from a server started earlier: hand them this process's environment as it is now.
@@ -224,6 +224,10 @@ class _Launch:
             self.all_result_conns[result_r] = rank
             self.relay.watch(out_r, rank, 1)
             self.relay.watch(err_r, rank, 2)
+
+    def group_timeout(self) -> float:
+        """The seconds of the longest run these ranks will serve (their collectives time out 10 s after)."""
+        return self.job.timeout
 
     def _hidden_gpus(self) -> dict[str, str]:
         hide = self.job.gloo_ranks_see_no_gpu and self.job.init_process_group and self.backend == "gloo"

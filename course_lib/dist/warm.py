@@ -43,6 +43,9 @@ class KeptLaunch(_Launch):
         super().__init__(job, keep=True)
         self.block = 0  # the ranks_kept() block of its last run
 
+    def group_timeout(self) -> float:
+        return _longest_run(self.job)
+
     def run_again(self, job: RankJob, new_test: bool) -> None:
         """Send the kept ranks another job (its own function, arguments and time); then wait() for its results."""
         self.job, self.payload, self.results = job, _payload(job), {}
@@ -77,11 +80,21 @@ _block = 0
 _active = False
 
 
+# Kept ranks serve runs of any time limit up to this one (their collectives time out 10 s after it; each run still ends
+# at its own limit, the parent's): the graded tests' limits, 15 to 60 s, share ranks.
+KEPT_RUN_SECONDS = 600.0
+
+
+def _longest_run(job: RankJob) -> float:
+    return max(job.timeout, KEPT_RUN_SECONDS)
+
+
 def _shape_of(job: RankJob) -> tuple:
     """What kept ranks must share with a job to run it: everything fixed when they started. (Not this process's
     environment, which torch itself changes as it goes, TORCHINDUCTOR_CACHE_DIR once set: kept ranks keep the one
     they started with, and a graded test sets none.)"""
-    return (job.world_size, job.backend, job.init_process_group, job.timeout, job.plain_results, job.prefix_output,
+    return (job.world_size, job.backend, job.init_process_group, _longest_run(job), job.plain_results,
+            job.prefix_output,
             job.gloo_ranks_see_no_gpu, job.yield_gloo_network_thread, id(job.confinement),
             tuple(sorted((job.env or {}).items())))
 
@@ -91,8 +104,9 @@ def ranks_kept(group: Any = None):
     """Within this block, run_kept() keeps ranks up between runs of the same shape.
 
     group None: they stop when the block ends. Otherwise they stay for the next block of the same group (the
-    course's plugin: one block per test, the test's exercise as the group), and stop when a block of another group
-    starts, or at release_all(); the first run of each block puts back what the last block's runs changed.
+    course's plugin: one block per test, all graded tests one group, so the exercises share ranks), and stop when a
+    block of another group starts, or at release_all(); the first run of each block puts back what the last
+    block's runs changed.
     """
     global _active, _group, _block
     if group is None or group != _group:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from course_lib.grading import PLUGIN_OPTIONS, PLUGINS_WITHOUT_AUTOLOAD
+from course_lib.grading import GRADED_RUN_ENV, PLUGIN_OPTIONS
 from course_lib.grading.results import Report, TestOutcome, read_report
 from course_lib.paths import ROOT, TESTS
 
@@ -64,7 +64,7 @@ def judge_env(home: Path, sandboxed: bool = False) -> dict[str, str]:
         PYTHONNOUSERSITE="1",  # nothing a student planted in ~/.local runs in the next judge
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
-        **PLUGINS_WITHOUT_AUTOLOAD,
+        **GRADED_RUN_ENV,
         HOME=str(home),
         TMPDIR=str(home / "tmp"),
     )

@@ -156,6 +156,18 @@ def test_an_exercise_keeps_its_ranks_across_its_tests_each_test_starting_as_new(
     assert _gone([r["pid"] for r in other])
 
 
+def test_runs_of_other_time_limits_share_the_ranks_and_each_stops_at_its_own():
+    with ranks_kept():
+        long = run_kept(_job(_who, 2, timeout=60.0))
+        short = run_kept(_job(_who, 2, timeout=15.0))
+        assert [r["pid"] for r in short] == [r["pid"] for r in long], "the graded tests' limits (15-60 s) share ranks"
+        started = time.monotonic()
+        with pytest.raises(LaunchTimeout):
+            run_kept(_job(_sleep, 2, 30, timeout=1.0))  # on ranks started for 60 s runs: stopped after 1 s all the same
+        assert time.monotonic() - started < 20, "a run ends at its own limit, not the kept ranks' longest"
+    assert _gone([r["pid"] for r in long])
+
+
 def test_a_failed_or_stopped_run_leaves_no_rank_for_the_next():
     with ranks_kept():
         before = run_kept(_job(_who, 2))
