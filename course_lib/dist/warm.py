@@ -28,7 +28,9 @@ from typing import Any
 from course_lib.dist.forkserver import kill_sandbox_processes, sandboxed
 from course_lib.dist.launcher import RankJob, _Launch, _payload, run_ranks
 
-__all__ = ["ranks_kept", "run_kept", "release_all", "MAX_KEPT_RANKS"]
+__all__ = ["ranks_kept", "run_kept", "release_all", "MAX_KEPT_RANKS", "GRADED"]
+
+GRADED = "graded"  # the group of every graded test's block (the course's plugin) and of the graders' warm-up
 
 # At most this many ranks kept at once, enough for world sizes 1 to 5 side by side (exercise 04: the parametrized
 # tests go through them in turn). An idle kept rank holds 46-49 MB of its own memory (measured with

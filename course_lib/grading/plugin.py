@@ -219,7 +219,7 @@ def pytest_runtest_call(item):
     the next exercises' (course_lib.dist.warm). Where the runner is loaded, that is, in a graded test. Outside
     pytest-timeout's limit of the call (tryfirst: the outer wrapper)."""
     warm = sys.modules.get("course_lib.dist.warm")
-    with warm.ranks_kept(None if _exercise(item) == "other" else "graded") if warm else contextlib.nullcontext():
+    with warm.ranks_kept(None if _exercise(item) == "other" else warm.GRADED) if warm else contextlib.nullcontext():
         yield
 
 
@@ -250,7 +250,7 @@ def pytest_collection_finish(session):
         gc.freeze()
         # A sandbox that cannot start fails the judge here, loudly; and no test's time limit (the grader's, or
         # check()'s, which has the grader's) pays for the fork server's start or a first process group.
-        warm_up_confined_ranks()
+        warm_up_confined_ranks(session.config.course_target)
 
 
 _TIMED_OUT = re.compile(r"Timeout \(>[\d.]+s\) from pytest-timeout\.?")
