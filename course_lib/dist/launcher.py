@@ -76,8 +76,7 @@ class RankJob:
     # texts come back in `stacks` {rank: text} when the launch ends, even when it was stopped (the grader's loops).
     dump_stacks_after: float | None = None
     stacks: dict[int, str] = field(default_factory=dict, repr=False)
-    # Lower the priority of gloo's network thread in each rank (course_lib.dist.rank.yield_gloo_network_thread):
-    # the graders' runner, whose tests time no collective. Learners' launches keep gloo as torchrun runs it.
+    # gloo's network thread at nice 19 in each rank (rank.yield_gloo_network_thread): the graders' runner only.
     yield_gloo_network_thread: bool = False
 
 
@@ -182,6 +181,7 @@ class _Launch:
         self.exited: set[int] = set()
         self.failure: RankFailed | None = None
         self.scratch: str | None = None
+        self.longest_run = job.timeout  # the seconds of the longest run these ranks serve (a kept launch's: more)
 
     def start(self) -> None:
         from course_lib.devices import usable_cores
@@ -195,7 +195,7 @@ class _Launch:
             backend=self.backend,
             store_path=os.path.join(self.scratch, "store"),
             # Collectives time out a little after the launch does, so a hang always ends as one LaunchTimeout.
-            pg_timeout=self.group_timeout() + 10,
+            pg_timeout=self.longest_run + 10,
             threads=max(1, usable_cores() // self.n),
             plain_results=self.job.plain_results,
             # The ranks fork from a server started earlier: hand them this process's environment as it is now.
@@ -224,10 +224,6 @@ class _Launch:
             self.all_result_conns[result_r] = rank
             self.relay.watch(out_r, rank, 1)
             self.relay.watch(err_r, rank, 2)
-
-    def group_timeout(self) -> float:
-        """The seconds of the longest run these ranks will serve (their collectives time out 10 s after)."""
-        return self.job.timeout
 
     def _hidden_gpus(self) -> dict[str, str]:
         hide = self.job.gloo_ranks_see_no_gpu and self.job.init_process_group and self.backend == "gloo"

@@ -1,20 +1,24 @@
-"""Ranks kept up between the runs of a graded exercise: one fork and one process group for many drawn inputs.
+"""Ranks kept up between graded runs: one fork and one process group for many drawn inputs, tests and exercises.
 
 A graded test runs the learner's code on each input Hypothesis draws, each time in ranks forked from the fork
 server. With torch loaded, the kernel's copy of a process at fork and its teardown at exit cost 25-40 ms (measured
 on this course's 2-core machines: `os.fork()` then `os._exit(0)` of a Python with torch imported takes 23 ms, with
 what the fork server preloads 33-40 ms, against 0.8 ms without torch), and a gloo process group 40-100 ms more
 for two or three ranks: most of a graded test's time, where the learner's code takes milliseconds. Inside
-`ranks_kept(exercise)` (the course's pytest plugin enters it around each test's call), `run_kept` starts the
-ranks of a run as `run_ranks` does, then sends later runs of the same shape (world size, backend, timeout,
-environment) to those same ranks, in this test and in the exercise's next tests, and stops them when another
-exercise's tests start. A further run starts as a new rank would (course_lib.dist.fresh_state): the random
+`ranks_kept(GRADED)` (the course's pytest plugin enters it around each test's call), `run_kept` starts the
+ranks of a run as `run_ranks` does, then sends later runs of the same shape (world size, backend, environment;
+any time limit up to KEPT_RUN_SECONDS) to those same ranks, in this test and in the next tests, of this exercise
+and the next ones (the plugin keeps every graded test in one group, GRADED). A further run starts as a new rank
+would (course_lib.dist.fresh_state): the random
 generators, dtype, grad mode, threads and folder are put back before each, and at a test's first run also every
 function and class the last test's runs rebound. A run that fails or runs out of time stops every kept rank (one
 may be stuck in a collective), a run that leaves a thread or a process running stops its own, and the next run
 starts new ones. Measured over the nine exercises' graded tests (`--target solutions`, each file its own pytest
-on this 2-core machine): 557 runs took 557 launches and 107.6 s of test time, now 39 launches and 69.8 s (of which
-about 4 s per file is its fork server's start, in its first test).
+on this 2-core machine): 557 runs took 557 launches and 107.6 s of test time, then 39 launches and 69.8 s (of which
+about 4 s per file is its fork server's start, in its first test). With one pytest for all nine (as a judge runs
+them), kept per exercise and per time limit: 29 launches, 61 ranks; kept across exercises and limits: 6 launches,
+16 ranks (an idle kept rank holds 46-49 MB of its own memory: the reference solutions' peak went from 1.2-1.3 to
+1.4 GB, against a student's 4 GB).
 """
 
 from __future__ import annotations
@@ -44,9 +48,7 @@ class KeptLaunch(_Launch):
     def __init__(self, job: RankJob):
         super().__init__(job, keep=True)
         self.block = 0  # the ranks_kept() block of its last run
-
-    def group_timeout(self) -> float:
-        return _longest_run(self.job)
+        self.longest_run = _longest_run(job)
 
     def run_again(self, job: RankJob, new_test: bool) -> None:
         """Send the kept ranks another job (its own function, arguments and time); then wait() for its results."""

@@ -113,7 +113,7 @@ _chosen: dict[tuple, tuple[tuple, list[str]]] = {}
 
 
 def _chosen_by(switcher: Callable) -> list[str]:
-    """The names of the imported modules that `switcher` switches off (asking it again only when sys.modules changed)."""
+    """The imported modules `switcher` switches off, by name (asked again only when sys.modules changed)."""
     names = tuple(sys.modules)
     key = (getattr(switcher, "__module__", None), getattr(switcher, "__qualname__", None))
     seen = _chosen.get(key)
