@@ -21,14 +21,19 @@ class LaunchError(RuntimeError):
     """A launch that could not start, or whose ranks did not all return (notebook 04)."""
 
 
+def cuda_gpu_count() -> int:
+    """course_lib.devices.cuda_gpu_count(), which imports torch: imported at the first call."""
+    from course_lib import devices
+
+    return devices.cuda_gpu_count()
+
+
 def choose_backend(world_size: int, backend: str | None = None) -> tuple[str, str]:
     """The backend for `world_size` ranks and a sentence saying why (notebook 04).
 
     NCCL when every rank can have its own CUDA GPU, else gloo on the CPU.
     """
     import torch.distributed as dist
-
-    from course_lib.devices import cuda_gpu_count
 
     gpus = cuda_gpu_count()
     if backend is None:
