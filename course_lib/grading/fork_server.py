@@ -11,7 +11,7 @@ from typing import Any
 
 from course_lib.dist.forkserver import preload, start_fork_server
 
-__all__ = ["PRELOADS", "start_graders_fork_server"]
+__all__ = ["PRELOADS", "register_preloads", "start_graders_fork_server"]
 
 # Imported once in the fork server rather than in every child that needs them: the runner (every child unpickles
 # _in_child from it; ~20 ms a launch), and what the graded tests' drivers and the solutions import, by how often
@@ -24,6 +24,7 @@ PRELOADS = ("course_lib.grading.runner", "course_lib.grading.shortcuts", "course
 
 
 def register_preloads() -> None:
+    """Have the next fork server import PRELOADS too (the runner calls it at import: a notebook's runs get them)."""
     for module in PRELOADS:
         preload(module)
 

@@ -253,8 +253,8 @@ def _explain(exercise: str, error: Exception) -> ExerciseFailed | ExerciseStoppe
 
 
 # Each driver pickled once (cloudpickle, by value): pickling a function looks through all of sys.modules for each module
-# it uses (cloudpickle's _find_imported_submodules), 5 ms a run with torch loaded, 2-3 s of a judge's 557 runs. Test
-# code's globals do not change between runs (no test rebinds or mutates a module-level name a driver reads).
+# it uses (cloudpickle's _find_imported_submodules), 5 ms a run with torch loaded, 2-3 s of a judge's 557 runs. The
+# pickle holds the globals the driver reads as they were then: no graded test rebinds one (no `global` statement).
 _driver_pickles: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
