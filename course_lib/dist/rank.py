@@ -142,7 +142,8 @@ def encode_result(value, plain: bool) -> bytes:
     return cloudpickle.dumps(value)
 
 
-def _init_process_group(rank: int, world_size: int, options: RankOptions) -> None:
+def _init_process_group(rank: int, world_size: int, options: RankOptions):
+    """Make the default process group; its store (the parent's FileStore), for the barrier at the end."""
     store = dist.FileStore(options.store_path, world_size)
     kwargs = {}
     if options.backend == "nccl":
@@ -156,6 +157,25 @@ def _init_process_group(rank: int, world_size: int, options: RankOptions) -> Non
     # still connecting, which fails the slow rank in gloo's connectFullMesh (seen on a loaded
     # 2-core machine: 6 of 300 four-rank launches of a function without collectives).
     dist.barrier()
+    return store
+
+
+def _leave_together(store, rank: int, world_size: int, timeout: float) -> None:
+    """Wait, on the store, until every rank is done with its functions, before tearing any group down.
+
+    The same race as at init, later: groups the function made (new_group, init_device_mesh, FSDP's) are connected
+    when new_group returns on a rank, not on its peers, and torch adds no barrier (TORCH_DIST_INIT_BARRIER is off
+    by default). A fast rank that returned and exited closed its sockets under a slow peer still connecting, which
+    failed that peer with "Gloo connectFullMesh failed with [...] Connection closed by peer" (lesson 07's 2 × 2
+    mesh in CI; 1 of 100 launches of it with the slow rank at nice 19 and four busy loops beside, before this).
+    On the store, not in a collective: a rank whose function raised leaves through here too, and a rank that never
+    gets here (stuck, killed) costs the others `timeout` at most, after the parent already knows why.
+    """
+    try:
+        store.set(f"course/left/{rank}", b"1")
+        store.wait([f"course/left/{r}" for r in range(world_size)], timedelta(seconds=timeout))
+    except Exception:  # noqa: BLE001 - a peer that never arrives: tear down anyway
+        pass
 
 
 def yield_gloo_network_thread() -> None:
@@ -207,20 +227,19 @@ def _dump_stack_later(rank: int, options: RankOptions, after: float | None) -> N
         faulthandler.dump_traceback_later(max(0.01, after), file=stack)
 
 
-def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | None, bool]:
+def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | None, Any]:
     """Confine the rank, start the first run's stack timer (its time counts from here: a process group slow to
     form on a loaded machine must not push the dump past the parent's deadline), and make the process group:
-    (an error message or None, whether a group was made)."""
+    (an error message or None, the store of the group it made or None)."""
     try:
         if options.confinement is not None:
             options.confinement.apply()
         _dump_stack_later(rank, options, options.stack_after)
         if options.backend is not None:
-            _init_process_group(rank, world_size, options)
-            return None, True
-        return None, False
+            return None, _init_process_group(rank, world_size, options)
+        return None, None
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-        return _error(rank, exc), False
+        return _error(rank, exc), None
 
 
 def _call(rank: int, world_size: int, payload: bytes, options: RankOptions) -> bytes:
@@ -289,7 +308,7 @@ def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn,
     # torch reads TORCH_DISTRIBUTED_DEBUG when it is imported, which the fork server did long ago.
     dist.set_debug_level_from_env()
     torch.set_num_threads(options.threads)
-    message, initialised = _set_up(rank, world_size, options)
+    message, store = _set_up(rank, world_size, options)
     if message is None:
         fresh = None
         if job_conn is not None:  # a kept rank: its state before its first run (course_lib.dist.fresh_state)
@@ -305,7 +324,8 @@ def rank_main(rank: int, world_size: int, payload: bytes, result_conn, out_conn,
             _serve(rank, world_size, job_conn, result_conn, options, fresh)
     else:
         _send(result_conn, message)
-    if initialised:
+    if store is not None:
+        _leave_together(store, rank, world_size, options.pg_timeout)
         try:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001

@@ -57,6 +57,24 @@ def test_results_come_back_in_rank_order(world_size):
         torch.testing.assert_close(r["sum"], torch.tensor([expected_sum]))
 
 
+def _is_rank_0_still_up_after_it_returned(rank, world_size):
+    import torch.distributed as dist
+
+    pids = [None] * world_size
+    dist.all_gather_object(pids, os.getpid())
+    if rank == 0:
+        return True
+    time.sleep(1.0)  # rank 0 has long returned; without the wait at the end it destroys its groups and exits now
+    return _alive(pids[0])
+
+
+def test_no_rank_tears_its_groups_down_before_every_rank_has_returned():
+    """A group a function makes (new_group, init_device_mesh) is connected when new_group returns on one rank, not
+    on its peers: a rank that exits at once closes sockets a slow peer is still connecting (gloo: "connectFullMesh
+    failed [...] Connection closed by peer", 5 of 250 launches of lesson 07's 2 x 2 mesh under load, before)."""
+    assert launch(_is_rank_0_still_up_after_it_returned, 2, quiet=True) == [True, True]
+
+
 def test_a_function_defined_at_run_time_in_main_travels_by_value():
     # What a notebook cell does: a function whose module is __main__ and cannot be imported by the ranks.
     namespace = {"__name__": "__main__"}
