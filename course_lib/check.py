@@ -29,7 +29,7 @@ from pathlib import Path
 
 from course_lib import paths, stopping
 from course_lib.tables import plural
-from course_lib.grading import GRADED_RUN_ENV, PLUGIN_OPTIONS, time_rule
+from course_lib.grading import GRADED_RUN_ENV, ONE_CORE_PER_RANK, PLUGIN_OPTIONS, time_rule
 from course_lib.grading.results import TestOutcome, read_report
 
 # This module runs the tests; beside it, check_result.py is what they came to (points, rows, messages),
@@ -148,6 +148,11 @@ def run_check(exercise: str, target: str = "exercises", timeout: float = 600.0, 
     return CheckResult(exercise, list(report.tests.values()), output, rule, folder)
 
 
+def _pytest_env() -> dict[str, str]:
+    """check's pytest: the graded runs' environment; its ranks, the only graded ones here, keep to a core each."""
+    return {**os.environ, **GRADED_RUN_ENV, ONE_CORE_PER_RANK: "1", **stopping.dies_with_me()}
+
+
 def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceiling: float, timeout: float,
                 progress: Progress, result_of, select: str | None = None, after_a_loop: dict[str, float] | None = None):
     """Run pytest on `tests` with these limits (and `after_a_loop`, the limits once a test of the exercise ran out
@@ -167,7 +172,7 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
             # (a kernel that JupyterLab kills while check runs in it).
             process = subprocess.Popen(command, cwd=paths.ROOT, stdout=log, stderr=subprocess.STDOUT,
                                        start_new_session=True,
-                                       env={**os.environ, **GRADED_RUN_ENV, **stopping.dies_with_me()})
+                                       env=_pytest_env())
             note = ""
             try:
                 note = _follow(process, report_path, limits, ceiling, timeout, progress, result_of)

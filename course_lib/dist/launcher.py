@@ -76,8 +76,10 @@ class RankJob:
     # texts come back in `stacks` {rank: text} when the launch ends, even when it was stopped (the grader's loops).
     dump_stacks_after: float | None = None
     stacks: dict[int, str] = field(default_factory=dict, repr=False)
-    # gloo's network thread at nice 19 in each rank (rank.yield_gloo_network_thread): the graders' runner only.
+    # gloo's network thread at nice 19 in each rank (sharing_cores.yield_gloo_network_thread): the graders' runner only.
     yield_gloo_network_thread: bool = False
+    # gloo ranks with no more cores than ranks keep to one each (sharing_cores.keep_to_one_core): check()'s ranks only.
+    one_core_per_rank: bool = False
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args: Any, backend: str | None = None,
@@ -204,6 +206,7 @@ class _Launch:
             stack_file=os.path.join(self.scratch, "stack") if self.job.dump_stacks_after is not None else None,
             stack_after=self.job.dump_stacks_after,
             yield_gloo_network_thread=self.job.yield_gloo_network_thread,
+            one_core_per_rank=self.job.one_core_per_rank and self.backend == "gloo" and usable_cores() <= self.n,
         )
         for rank in range(self.n):
             result_r, result_w = context().Pipe(duplex=False)

@@ -64,6 +64,7 @@ def _preload_dynamo() -> None:
 _preload_dynamo()
 
 from course_lib.dist.backend import process_group_backend
+from course_lib.dist.sharing_cores import keep_to_one_core, yield_gloo_network_thread
 
 # Messages on the result pipe start with one of these bytes. LAST: a result, after which a kept rank stops serving
 # (its run left a thread or a process running, which no later run should meet: course_lib.dist.fresh_state).
@@ -84,6 +85,7 @@ class RankOptions:
     stack_file: str | None = None  # where a rank still running after stack_after seconds writes its stack (+ -rank)
     stack_after: float | None = None
     yield_gloo_network_thread: bool = False  # before each run: yield_gloo_network_thread()
+    one_core_per_rank: bool = False  # after the group is made: keep_to_one_core(rank)
 
 
 def die_with_parent() -> None:
@@ -163,44 +165,18 @@ def _init_process_group(rank: int, world_size: int, options: RankOptions):
 def _leave_together(store, rank: int, world_size: int, timeout: float) -> None:
     """Wait, on the store, until every rank is done with its functions, before tearing any group down.
 
-    The same race as at init, later: groups the function made (new_group, init_device_mesh, FSDP's) are connected
-    when new_group returns on a rank, not on its peers, and torch adds no barrier (TORCH_DIST_INIT_BARRIER is off
-    by default). A fast rank that returned and exited closed its sockets under a slow peer still connecting, which
-    failed that peer with "Gloo connectFullMesh failed with [...] Connection closed by peer" (lesson 07's 2 × 2
-    mesh in CI; 1 of 100 launches of it with the slow rank at nice 19 and four busy loops beside, before this).
-    On the store, not in a collective: a rank whose function raised leaves through here too, and a rank that never
-    gets here (stuck, killed) costs the others `timeout` at most, after the parent already knows why.
+    The race of init, later: a group the function made (new_group, init_device_mesh) is connected when new_group
+    returns on one rank, not on its peers (torch's TORCH_DIST_INIT_BARRIER is off by default). A rank that exited at
+    once closed sockets a slow peer was still connecting: "Gloo connectFullMesh failed with [...] Connection closed
+    by peer" (lesson 07's 2 × 2 mesh in CI; 5 of 250 launches of it under load before this, 0 of 250 after).
+    On the store, not in a collective: a rank whose function raised leaves through here too; one that never comes
+    (stuck, killed) costs the others `timeout` at most, once the parent already knows why.
     """
     try:
         store.set(f"course/left/{rank}", b"1")
         store.wait([f"course/left/{r}" for r in range(world_size)], timedelta(seconds=timeout))
     except Exception:  # noqa: BLE001 - a peer that never arrives: tear down anyway
         pass
-
-
-def yield_gloo_network_thread() -> None:
-    """Give gloo's network threads (one per process group, named gloo_tcp_loop) the lowest priority, nice 19.
-
-    When a peer's message arrives before this rank has posted the receive it is for, gloo leaves it unread in the
-    socket (tcp/pair.cc: "Buffer not (yet) registered, leave it for next loop iteration"), so epoll_wait returns at
-    once, again and again: the thread spins until the rank's own thread gets to the receive. With more ranks than
-    cores that spin takes the core the rank needs (measured, 2 cores, 3 ranks, 16-byte all_reduce: 0.75 ms of the
-    spinning thread's CPU per call; 2.2-3.0 ms a call at nice 0, 0.85-1.15 ms at nice 19). Threads of groups made
-    since the last call too; a thread already at 19 is left alone. Linux only; elsewhere nothing happens.
-    """
-    try:
-        threads = os.listdir("/proc/self/task")
-    except OSError:
-        return
-    for tid in threads:
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as name:
-                if name.read().strip() != "gloo_tcp_loop":
-                    continue
-            if os.getpriority(os.PRIO_PROCESS, int(tid)) < 19:
-                os.setpriority(os.PRIO_PROCESS, int(tid), 19)
-        except OSError:  # gone since listed
-            pass
 
 
 def _error(rank: int, exc: BaseException) -> bytes:
@@ -236,7 +212,10 @@ def _set_up(rank: int, world_size: int, options: RankOptions) -> tuple[bytes | N
             options.confinement.apply()
         _dump_stack_later(rank, options, options.stack_after)
         if options.backend is not None:
-            return None, _init_process_group(rank, world_size, options)
+            store = _init_process_group(rank, world_size, options)
+            if options.one_core_per_rank:
+                keep_to_one_core(rank)
+            return None, store
         return None, None
     except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
         return _error(rank, exc), None

@@ -98,8 +98,8 @@ def _shape_of(job: RankJob) -> tuple:
     environment, which torch itself changes as it goes, TORCHINDUCTOR_CACHE_DIR once set: kept ranks keep the one
     they started with, and a graded test sets none.)"""
     return (job.world_size, job.backend, job.init_process_group, _longest_run(job), job.plain_results,
-            job.prefix_output, job.gloo_ranks_see_no_gpu, job.yield_gloo_network_thread, id(job.confinement),
-            tuple(sorted((job.env or {}).items())))
+            job.prefix_output, job.gloo_ranks_see_no_gpu, job.yield_gloo_network_thread, job.one_core_per_rank,
+            id(job.confinement), tuple(sorted((job.env or {}).items())))
 
 
 @contextlib.contextmanager

@@ -28,7 +28,7 @@ import cloudpickle
 from course_lib import paths
 from course_lib.dist.launcher import LaunchTimeout, RankFailed, RankJob
 from course_lib.dist.warm import GRADED, ranks_kept, run_kept
-from course_lib.grading import loops, time_rule
+from course_lib.grading import ONE_CORE_PER_RANK, loops, time_rule
 from course_lib.grading.fork_server import register_preloads
 from course_lib.grading.results import unwritten_message
 
@@ -276,7 +276,8 @@ def _graded_job(fn: Callable[..., Any], args: tuple, folder: str, world_size: in
     ranks = world_size is not None
     return RankJob(fn, world_size if ranks else 1, args, backend="gloo", init_process_group=ranks, timeout=timeout,
                    quiet=True, prefix_output=ranks, plain_results=True, env={"COURSE_TARGET": folder},
-                   confinement=_confinement, dump_stacks_after=_stacks_after(timeout), yield_gloo_network_thread=True)
+                   confinement=_confinement, dump_stacks_after=_stacks_after(timeout), yield_gloo_network_thread=True,
+                   one_core_per_rank=os.environ.get(ONE_CORE_PER_RANK) == "1")
 
 
 def run(exercise: str, driver: Callable[..., Any], *args: Any, world_size: int | None = None,

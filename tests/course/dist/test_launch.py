@@ -303,6 +303,26 @@ def test_gloo_ranks_see_no_gpu_unless_env_says_so_and_the_graders_runner_keeps_i
     assert [seen for seen, _, _ in graded] == ["0", "0"], "graded tests on a GPU machine keep their GPU"
 
 
+def _thread_affinities(rank, world_size):
+    return sorted({tuple(sorted(os.sched_getaffinity(int(t)))) for t in os.listdir("/proc/self/task")})
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux's")
+def test_check_ranks_keep_to_a_core_each_only_where_they_have_a_thread_each():
+    cores = sorted(os.sched_getaffinity(0))
+    if not 2 <= len(cores) <= 3:
+        pytest.skip(f"launches as many ranks as cores, and one more: wants 2 or 3 cores, this machine has {len(cores)}")
+    for world_size in (len(cores), len(cores) + 1):
+        kept = run_ranks(RankJob(_thread_affinities, world_size, backend="gloo", quiet=True, one_core_per_rank=True))
+        assert kept == [[(cores[rank % len(cores)],)] for rank in range(world_size)], (
+            "every thread of rank r, gloo's network thread included, on core r mod n")
+    free = [[tuple(cores)]] * (len(cores) - 1)
+    assert run_ranks(RankJob(_thread_affinities, len(cores) - 1, backend="gloo", quiet=True,
+                             one_core_per_rank=True)) == free, "fewer ranks than cores: the scheduler moves them"
+    assert launch(_thread_affinities, len(cores), quiet=True) == [[tuple(cores)]] * len(cores), (
+        "a learner's launch measures gloo as torchrun runs it")
+
+
 @pytest.mark.gpu(2)
 def test_nccl_ranks_each_get_their_own_gpu():
     def on_gpu(rank, world_size):
