@@ -169,6 +169,10 @@ def test_lab_stops_with_its_kernels_and_their_ranks(tmp_path, sig):
         kernel = _api(port, token, "POST", "api/kernels")["id"]
         client = BlockingKernelClient(connection_file=str(tmp_path / "runtime" / f"kernel-{kernel}.json"))
         client.load_connection_file()
+        # A kernel is dead for jupyter_client when one ping goes unanswered for time_to_dead (1 s): on a loaded
+        # 2-core CI machine a kernel still starting missed it ("Kernel died before replying to kernel_info"). The
+        # 120 s of wait_for_ready still catch a kernel that never answers.
+        client.hb_channel.time_to_dead = 30.0
         client.start_channels()
         try:
             client.wait_for_ready(timeout=120)
