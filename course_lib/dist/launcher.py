@@ -1,10 +1,9 @@
 """`launch`: start ranks from a notebook cell or a test, and bring their results back (notebook 04).
 
-The parent's side of a launch. Ranks are forked from a fork server that has torch imported
-already (`course_lib.dist.rank` is its preload), so a launch costs about a tenth of a second.
-Each rank gets one result pipe and two output pipes; the parent watches them together with the
-process sentinels, so a failure is reported at once and a hang at the deadline, and every rank
-(with anything it started) is killed in `finally`.
+The parent's side of a launch. Ranks are forked from a fork server that has torch imported already
+(`course_lib.dist.rank` is its preload), so a launch costs about a tenth of a second. Each rank gets one result
+pipe and two output pipes; the parent watches them together with the process sentinels, so a failure is reported
+at once and a hang at the deadline, and every rank (with anything it started) is killed in `finally`.
 """
 
 from __future__ import annotations
@@ -64,21 +63,19 @@ class RankJob:
     prefix_output: bool = True  # "[rank N] " before each line a rank prints
     plain_results: bool = False  # results come back only as plain data (torch.load weights_only)
     env: dict[str, str] | None = None  # extra environment variables for the ranks
-    # gloo ranks run on the CPU: hide CUDA from them (CUDA_VISIBLE_DEVICES=""), unless env sets it. Else torch code
-    # that asks torch.cuda.is_available() takes a GPU path on the ranks' CPU tensors (seen on one GPU, torch 2.11:
-    # fully_shard's default mesh calls cuda.set_device(rank); PowerSGD's hook synchronizes a CPU device; a gloo
-    # DeviceMesh makes a second group). launch() sets it; the graders' runner does not (their tests use the GPU).
+    # gloo ranks run on the CPU: hide CUDA (CUDA_VISIBLE_DEVICES="") unless env sets it, else torch code asking
+    # cuda.is_available() takes a GPU path on CPU tensors (one GPU, torch 2.11: fully_shard's mesh calls set_device,
+    # PowerSGD syncs a CPU device, a gloo DeviceMesh makes a 2nd group). launch() sets it; graded tests keep the GPU.
     gloo_ranks_see_no_gpu: bool = False
-    # The grader's policy: prepare_folder(path) here, apply() in each rank, and fork_server_executable,
-    # the sandbox (or None) the ranks are forked in. Learners' launches carry none.
+    # The grader's policy: prepare_folder(path) here, apply() in each rank, fork_server_executable (its sandbox).
     confinement: Any = None
     # Seconds after which each rank still running writes its stack (faulthandler) to a file of the launch; the
     # texts come back in `stacks` {rank: text} when the launch ends, even when it was stopped (the grader's loops).
     dump_stacks_after: float | None = None
     stacks: dict[int, str] = field(default_factory=dict, repr=False)
-    # gloo's network thread at nice 19 in each rank (sharing_cores.yield_gloo_network_thread): the graders' runner only.
+    # course_lib.dist.sharing_cores: gloo's network thread at nice 19 (the graders' runner), and gloo ranks with no
+    # more cores than ranks each kept to one (check()'s ranks only). Learners' launches do neither.
     yield_gloo_network_thread: bool = False
-    # gloo ranks with no more cores than ranks keep to one each (sharing_cores.keep_to_one_core): check()'s ranks only.
     one_core_per_rank: bool = False
 
 
