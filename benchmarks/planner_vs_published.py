@@ -24,75 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from course_lib.parallel.planner import (ASSUMED_MFU, PUBLISHED, GiB, PublishedRun, memory_per_gpu, mfu,  # noqa: E402
-                                         step_time)
+from course_lib.parallel.planner import ASSUMED_MFU, PUBLISHED  # noqa: E402
+from course_lib.parallel.planner.comparison import HEADER, TERMS_HEADER, compare_with_published  # noqa: E402
 from course_lib.tables import print_table  # noqa: E402
-
-HEADER = ["table", "run", "GiB pred", "GiB pub", "gap", "tok/s pred", "tok/s pub", "gap", "MFU pub", "why"]
-
-
-def _memory_why(run: PublishedRun, gap: float) -> str:
-    """Why predicted and published memory differ, from what the row says it used."""
-    if run.memory_gib is None:
-        return "mem: not published"
-    unmodelled = [t for t in ("compile", "Float8", "AsyncTP") if t in run.techniques]
-    if abs(gap) <= 0.05:
-        parts = ["within 5%"] + (["allocator cache and " + "/".join(unmodelled) + " effects cancel"]
-                                 if unmodelled else ["+ allocator cache"])
-    elif gap < 0:
-        parts = ["pub is reserved: + allocator cache"]
-        if "AsyncTP" in run.techniques:
-            parts.append("AsyncTP's symmetric-memory buffers")
-        if run.layout.cp == 8 and run.layout.pp > 1:
-            parts.append("CP-8 ring buffers")
-    else:
-        parts = ["over: " + ("/".join(unmodelled) + " keep less" if unmodelled else "see --terms")]
-        if run.layout.pp > 1:
-            parts.append("m, v assumed")
-    return "mem: " + ", ".join(parts)
-
-
-def _speed_why(run: PublishedRun, published_mfu: float, step) -> str:
-    """Why predicted and published throughput differ."""
-    parts = [f"ran at {100 * published_mfu:.1f}% MFU, model {100 * step.mfu_predicted:.1f}%"]
-    if "Float8" in run.techniques:
-        parts.append("Float8 (2x peak) not modelled")
-    elif "compile" in run.techniques:
-        parts.append("compile not modelled")
-    if "AsyncTP" in run.techniques:
-        parts.append("AsyncTP hides TP comm")
-    if run.layout.pp > 1:
-        parts.append(f"bubble {100 * step.bubble:.0f}% at assumed m={run.layout.n_microbatches}")
-    if step.exposed_comm_s > 0.05 * step.step_s:
-        parts.append(f"exposed comm {100 * step.exposed_comm_s / step.step_s:.0f}%")
-    if run.table.startswith("A100"):
-        parts.append("A100 links assumed")
-    return "tok/s: " + ", ".join(parts)
-
-
-def rows(mfu_assumed: float) -> tuple[list[list], list[list]]:
-    """(table rows, memory-term rows) for every published run."""
-    table, terms = [], []
-    for run in PUBLISHED:
-        memory = memory_per_gpu(run.shape, run.layout, run.seq_len)
-        step = step_time(run.shape, run.layout, run.cluster, run.seq_len, mfu=mfu_assumed)
-        published_mfu = mfu(run.tokens_per_s_per_gpu, run.shape, run.seq_len, run.cluster.peak_flops,
-                            exclude_embedding=not run.counts_embedding)
-        predicted_gib = memory.total / GiB
-        if run.memory_gib is None:
-            gib_pub, mem_gap_text, mem_gap = "-", "-", 0.0
-        else:
-            mem_gap = (predicted_gib - run.memory_gib) / run.memory_gib
-            gib_pub, mem_gap_text = f"{run.memory_gib:.1f}", f"{100 * mem_gap:+.0f}%"
-        speed_gap = (step.tokens_per_s_per_gpu - run.tokens_per_s_per_gpu) / run.tokens_per_s_per_gpu
-        mfu_text = f"{100 * published_mfu:.1f}%" + (" bf16-eq." if "Float8" in run.techniques else "")
-        why = _memory_why(run, mem_gap) + "; " + _speed_why(run, published_mfu, step)
-        table.append([run.table, run.label, f"{predicted_gib:.1f}", gib_pub, mem_gap_text,
-                      f"{step.tokens_per_s_per_gpu:,.0f}", f"{run.tokens_per_s_per_gpu:,.0f}",
-                      f"{100 * speed_gap:+.0f}%", mfu_text, why])
-        terms.append([run.table, run.label, memory.stage, f"{memory.in_flight:g}",
-                      *(f"{v:.1f}" for v in memory.gib().values())])
-    return table, terms
 
 
 def main(argv=None) -> int:
@@ -101,14 +35,13 @@ def main(argv=None) -> int:
                         help=f"the MFU the planner assumes (default {ASSUMED_MFU}, an assumption)")
     parser.add_argument("--terms", action="store_true", help="also print each row's memory breakdown")
     args = parser.parse_args(argv)
-    table, terms = rows(args.mfu)
+    table, terms = compare_with_published(args.mfu)
     print(f"planner (eager bf16, allocated peak, compute at {100 * args.mfu:.0f}% MFU) vs published "
           "(reserved peak, measured tokens/s per GPU)")
     print_table(HEADER, table)
     if args.terms:
         print()
-        print_table(["table", "run", "stage", "in flight", "params", "grads", "optimizer", "activations",
-                     "fsdp buffers", "loss", "total (GiB)"], terms)
+        print_table(TERMS_HEADER, terms)
     print("\nsources:", "; ".join(sorted({str(run.source) for run in PUBLISHED})))
     return 0
 

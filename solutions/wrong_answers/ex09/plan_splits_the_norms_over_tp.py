@@ -1,0 +1,26 @@
+"""Splits the norms over the TP ranks too, as if every parameter were tensor-parallel."""
+
+LOSES = ["test_plan_memory_counts_each_gpus_slice"]
+
+_solution_plan_memory = plan_memory
+
+
+def plan_memory(model, layout, stage):
+    _solution_plan_memory(model, layout, stage)  # the same checks
+    vocab, dim, layers, heads, kv_heads, ffn = (int(v) for v in model)
+    fsdp, tp, pp = (int(v) for v in layout)
+    h = dim // heads
+
+    def held(rows, columns=1, split_rows=False, split_columns=False):
+        rows, columns = rows // tp if split_rows else rows, columns // tp if split_columns else columns
+        return -(-rows // fsdp) * columns
+
+    layer = (held(heads * h, dim, split_rows=True) + 2 * held(kv_heads * h, dim, split_rows=True)
+             + held(dim, heads * h, split_columns=True) + 2 * held(ffn, dim, split_rows=True)
+             + held(dim, ffn, split_columns=True) + 2 * held(dim, split_rows=True))
+    n = layers // pp * layer
+    if stage == 0:
+        n += held(vocab, dim, split_rows=True)
+    if stage == pp - 1:
+        n += held(dim, split_rows=True) + held(vocab, dim, split_rows=True)
+    return {"params": 2 * n, "grads": 2 * n, "optimizer": 12 * n, "total": 16 * n}
