@@ -44,6 +44,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, ParallelStyle, P
                                                SequenceParallel, loss_parallel, parallelize_module)
 
 from course_lib.models.llama import Llama, LlamaConfig
+from course_lib.tables import plural
 
 __all__ = ["DIM_ORDER", "check_mesh_sizes", "build_mesh", "parallelize", "apply_tp", "apply_fsdp", "stage_layers",
            "cut_stage", "pipeline_schedule", "Composed", "build_model", "train_step", "cross_entropy", "gather_full"]
@@ -72,8 +73,8 @@ def check_mesh_sizes(sizes: Mapping[str, int], world_size: int,
         raise ValueError(f"{list(sizes)} names dp_shard twice ('dp' is dp_shard): keep one of them")
     total = math.prod(sizes.values())
     if total != world_size:
-        raise ValueError(f"the mesh {dict(sizes)} holds {total} ranks but {world_size} were launched: make the "
-                         f"sizes multiply to {world_size}")
+        raise ValueError(f"the mesh {dict(sizes)} holds {plural(total, 'rank')} but {world_size} were launched: "
+                         f"make the sizes multiply to {world_size}")
     order = sorted(sizes, key=lambda name: DIM_ORDER.index(_ALIAS.get(name, name)))
     if list(sizes) != order:
         fixed = {name: sizes[name] for name in order}
@@ -85,10 +86,10 @@ def check_mesh_sizes(sizes: Mapping[str, int], world_size: int,
         raise ValueError(f"mesh dimensions {tuple(sizes)} are out of order: {why}. Write {fixed}")
     tp = sizes.get("tp", 1)
     if ranks_per_node is not None and ranks_per_node % tp:
-        raise ValueError(f"tp={tp} does not divide the {ranks_per_node} ranks of a node: some TP groups would "
-                         f"span two nodes, and TP's per-layer collectives would cross the slow inter-node network. "
-                         f"Keep tp a divisor of the GPUs per node (at most {ranks_per_node}); put the rest in dp "
-                         f"or pp")
+        raise ValueError(f"tp={tp} does not divide the {plural(ranks_per_node, 'rank')} of a node: some TP groups "
+                         f"would span two nodes, and TP's per-layer collectives would cross the slow inter-node "
+                         f"network. Keep tp a divisor of the GPUs per node (at most {ranks_per_node}); put the rest "
+                         f"in dp or pp")
     return {name: sizes[name] for name in order}
 
 
@@ -98,9 +99,8 @@ def build_mesh(sizes: Mapping[str, int], *, ranks_per_node: int | None = None) -
     The device is the ranks' (cpu under gloo). Each dimension's process group gets the world group's timeout:
     torch 2.14.1's DeviceMesh makes them with new_group(timeout=None), which would mean the backend's default
     (distributed_c10d._get_default_timeout: 30 minutes)."""
-    if ranks_per_node is None and os.environ.get("LOCAL_WORLD_SIZE", "").isdigit():
-        ranks_per_node = int(os.environ["LOCAL_WORLD_SIZE"])
-    sizes = check_mesh_sizes(sizes, dist.get_world_size(), ranks_per_node)
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    sizes = check_mesh_sizes(sizes, dist.get_world_size(), ranks_per_node or (int(local) if local.isdigit() else None))
     device = "cuda" if dist.get_backend() == "nccl" else "cpu"
     mesh = init_device_mesh(device, tuple(sizes.values()), mesh_dim_names=tuple(sizes))
     try:  # the backend's options are not public API; without them the groups keep the default
@@ -190,8 +190,8 @@ def stage_layers(n_layers: int, pp: int) -> list[list[str]]:
     the first stages taking one more where they do not divide. {4 layers, pp 2}: ["0", "1"], ["2", "3"]."""
     effective = n_layers + 2
     if pp > 1 and effective // pp < 1:
-        raise ValueError(f"pp={pp} stages for {n_layers} layers (+ embedding and output) would leave a stage empty: "
-                         f"lower pp to at most {effective}")
+        raise ValueError(f"pp={pp} stages for {plural(n_layers, 'layer')} (+ embedding and output) would leave a "
+                         f"stage empty: lower pp to at most {effective}")
     if pp == 1:
         return [[str(i) for i in range(n_layers)]]
     counts = [effective // pp + (s < effective % pp) for s in range(pp)]
@@ -207,9 +207,8 @@ def cut_stage(model: Llama, pp_mesh: DeviceMesh) -> Llama:
     values and a checkpoint's names still match."""
     stage, n_stages = pp_mesh.get_local_rank(), pp_mesh.size()
     keep = set(stage_layers(len(model.layers), n_stages)[stage])
-    for name in list(model.layers):
-        if name not in keep:
-            del model.layers[name]
+    for name in [name for name in model.layers if name not in keep]:
+        del model.layers[name]
     if stage > 0:
         model.tok_embeddings = None
     if stage < n_stages - 1:
@@ -308,7 +307,8 @@ def train_step(composed: Composed, tokens: torch.Tensor, labels: torch.Tensor, *
         sub = composed.mesh[name]
         index, size = index * sub.size() + sub.get_local_rank(), size * sub.size()
     if tokens.shape[0] % size:
-        raise ValueError(f"a batch of {tokens.shape[0]} sequences does not split over {size} data-parallel ranks")
+        raise ValueError(f"a batch of {plural(tokens.shape[0], 'sequence')} does not split over "
+                         f"{plural(size, 'data-parallel rank')}")
     tokens, labels = tokens.chunk(size)[index], labels.chunk(size)[index]
     model, loss = composed.model, None
     with warnings.catch_warnings():
