@@ -8,12 +8,14 @@ replaced by `while True: pass`): the "slowest s" column shows what such a studen
 costs its own tests: course_lib/grading/loops.py). After the table, each run's students: their time in the judge,
 in its start and in each exercise's tests, and the grader's detail (which functions ran out of time).
 
-Each student is graded by its own judge process (pytest, which imports torch: a few seconds) under the
-sandbox asked for (`auto`: bubblewrap's allow-list where it works; `unshare`: the fallback, a mount
-namespace that hides the known secrets, as the grader did before bubblewrap), so the time per student is
-mostly that start-up plus the tests themselves. Configurations alternate when repeated, so a change in the
-machine's load falls on all of them. The reference solutions' calibration is cached after the first run
-of each kind of sandbox (the first row of each may include it: see the "reference" column).
+Each student is graded by its own judge process (pytest, forked from a process that imported pytest, Hypothesis and
+torch once for the class: course_lib/instructor/grade/judge_zygote.py) under the sandbox asked for (`auto`:
+bubblewrap's allow-list where it works; `unshare`: the fallback, a mount namespace that hides the known secrets, as
+the grader did before bubblewrap, whose judges each start Python and import torch), so the time per student is
+mostly that start-up (the sandbox's fork server imports torch for each student) plus the tests themselves.
+Configurations alternate when repeated, so a change in the machine's load falls on all of them. The reference
+solutions' calibration is cached after the first run of each kind of sandbox (the first row of each may include it:
+see the "reference" column).
 """
 
 from __future__ import annotations

@@ -161,7 +161,8 @@ def _run_pytest(tests: list[Path], target: str, limits: dict[str, float], ceilin
         report_path, limits_path = Path(scratch) / "report.jsonl", Path(scratch) / "limits.json"
         after = {time_rule.AFTER_A_LOOP: after_a_loop} if after_a_loop else {}
         limits_path.write_text(json.dumps({**limits, **after}))
-        command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", str(target), "-q",
+        # --tb=native: pytest's own styles parse a test file again for each failed test (the grader's judge too)
+        command = [sys.executable, "-m", "pytest", *map(str, tests), "--target", str(target), "-q", "--tb=native",
                    "--course-report", str(report_path), "-p", "no:cacheprovider",
                    "--test-timeouts", str(limits_path), "--timeout", f"{ceiling:g}", "-o", "timeout_func_only=true",
                    "--exit-fast", *PLUGIN_OPTIONS]

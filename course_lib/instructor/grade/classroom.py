@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course_lib.grading import time_rule
-from course_lib.instructor.grade.judge import build_judge, collect_expected
+from course_lib.instructor.grade.judge import build_judge, collect_expected, judge_env
+from course_lib.instructor.grade.judge_zygote import JudgeZygote
 from course_lib.instructor.grade.report import Result, write_gradebook, write_summary
 from course_lib.instructor.grade.sandbox import (Isolation, default_rlimit_as_gb, detect_isolation, gpu_present,
                                                 refuse_weak_isolation)
@@ -87,9 +88,13 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="course-grade-"))
     os.chmod(work, 0o711)
-    claim = None
+    claim = zygote = None
     try:
+        # Judges forked from one process that imported torch once, started now so that its imports overlap the
+        # tests' collection below (judge_zygote.py); not where another program wraps each judge (unshare).
+        zygote = JudgeZygote(judge_env(work, isolation.mode == "bwrap")) if isolation.mode != "unshare" else None
         s = prepare_settings(out, work, submissions, o, isolation)
+        s.zygote = zygote
         claim = UidClaim(o.jobs) if s.isolation.users else None
         uids = claim.uids if claim is not None else [None] * o.jobs
         if claim is not None:
@@ -114,6 +119,8 @@ def grade_class(submissions: Path, out: Path, options: GradeOptions | None = Non
         write_summary(results, s.judge.expected, out)
         return sorted(results, key=lambda r: r.student.lower())
     finally:
+        if zygote is not None:
+            zygote.close()
         if claim is not None:
             claim.release()
         shutil.rmtree(work, ignore_errors=True)

@@ -86,7 +86,10 @@ def judge_command(judge: Judge, target: Path, report: Path, basetemp: Path, test
         # SIGALRM in the judge's main thread: it raises inside the launcher's wait, which kills the ranks. The
         # thread method would end the whole judge (os._exit) and lose the tests after this one.
         "-o", "timeout_method=signal", "-o", "timeout_func_only=true",  # the test's call: see grading.plugin
-        "--target", str(target), "--course-report", str(report), "-q", "--tb=short", "-rN", "--exit-fast", *judge.tests,
+        # Python's own tracebacks in the log: pytest's short ones parse a test file again for each failed test (1.5 s
+        # of a judge whose every test failed, in five exercises).
+        "--tb=native", "--target", str(target), "--course-report", str(report), "-q", "-rN", "--exit-fast",
+        *judge.tests,
     ]
     if confine is not None:
         command += ["--confine", str(confine)]

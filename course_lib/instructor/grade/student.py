@@ -16,6 +16,7 @@ from course_lib.grading.results import Report, TestOutcome, read_report
 from course_lib.instructor.grade.bwrap import (SandboxSpec, bwrap_argv, readable_paths, write_sandbox_etc,
                                                write_sandboxed_python)
 from course_lib.instructor.grade.judge import Judge, classify, judge_command, judge_env, merge
+from course_lib.instructor.grade.judge_zygote import JudgeZygote
 from course_lib.instructor.grade.memory_cgroup import StudentCgroup
 from course_lib.instructor.grade.mount_namespace import namespace_prefix
 from course_lib.instructor.grade.report import Result, write_feedback, write_results_json
@@ -44,6 +45,7 @@ class Settings:
     hide: list[Path]  # folders the students' processes must not see
     time_limits: Path | None = None  # JSON {nodeid: seconds}: the calibrated limit of each test
     limit_note: str = ""  # how those limits were set, for the students' feedback
+    zygote: JudgeZygote | None = None  # where judges are forked from (judge_zygote.py); None: each starts Python
 
 
 @dataclass
@@ -189,21 +191,24 @@ def run_judge(name: str, files: dict[str, bytes], slot: int, uid: int | None, s:
 
 def _run(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: int | None) -> int | None:
     """Run the judge; its exit code, or None if the per-student time limit ran out."""
-    with open(log_path, "wb") as log:
-        # A session of its own, killed as a group (_stop); and it dies with the grader, even a SIGKILLed one (its
-        # sandbox with it: bwrap --die-with-parent).
-        process = subprocess.Popen(command, cwd=s.judge.folder,
-                                   env={**judge_env(scratch, s.isolation.mode == "bwrap"), **stopping.dies_with_me()},
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
-        _running[process.pid] = (process, uid)
-        try:
-            process.wait(timeout=s.timeout)
-            return process.returncode
-        except subprocess.TimeoutExpired:
-            return None
-        finally:
-            _stop(process, uid)
+    env = {**judge_env(scratch, s.isolation.mode == "bwrap"), **stopping.dies_with_me()}
+    pytest_args = command[3:] if command[1:3] == ["-m", "pytest"] else None
+    if s.zygote is not None and pytest_args is not None:  # forked from the zygote, which has torch imported
+        process = s.zygote.start(pytest_args, env, s.judge.folder, log_path)
+    else:
+        with open(log_path, "wb") as log:
+            # A session of its own, killed as a group (_stop); and it dies with the grader, even a SIGKILLed one
+            # (its sandbox with it: bwrap --die-with-parent).
+            process = subprocess.Popen(command, cwd=s.judge.folder, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+    _running[process.pid] = (process, uid)
+    try:
+        process.wait(timeout=s.timeout)
+        return process.returncode
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        _stop(process, uid)
 
 
 def grade_one(name: str, entry: Path, slot: int, uid: int | None, s: Settings) -> Result:

@@ -36,8 +36,10 @@ STUDENT_FORKS = 20  # the processes stuck_source starts, each in a session of it
 
 
 def _stuck_student_runs(tree) -> bool:
-    """The judge (the pytest with --confine) has the student's forks below it: the student's code is running."""
-    return len(below(tree, lambda p: "--confine" in p.cmdline)) >= STUDENT_FORKS
+    """The judge (the pytest with --confine, or a child of the judge zygote) has the student's forks below it: the
+    student's code is running."""
+    zygotes = {p.pid for p in tree if "judge_zygote" in p.cmdline}
+    return len(below(tree, lambda p: "--confine" in p.cmdline or p.ppid in zygotes)) >= STUDENT_FORKS
 
 
 def _assert_stopped(run: Stopping, sig: int):
