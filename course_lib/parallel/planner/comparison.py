@@ -29,9 +29,8 @@ def _memory_why(run: PublishedRun, gap: float) -> str:
     if run.memory_gib is None:
         return "mem: not published"
     unmodelled = [t for t in ("compile", "Float8", "AsyncTP") if t in run.techniques]
-    if abs(gap) <= 0.05:
-        parts = ["within 5%"] + (["allocator cache and " + "/".join(unmodelled) + " effects cancel"]
-                                 if unmodelled else ["+ allocator cache"])
+    if abs(gap) <= 0.05:  # what a row within 5 % leaves out; how much each term weighs was not measured apart
+        parts = ["within 5%", "pub is reserved"] + (["/".join(unmodelled) + " not modelled"] if unmodelled else [])
     elif gap < 0:
         parts = ["pub is reserved: + allocator cache"]
         if "AsyncTP" in run.techniques:
