@@ -94,25 +94,6 @@ def _switch_off_shortcuts(learner):
 
 # ---------------------------------------------------------------- the messages a rank sends
 
-class _PeerLog(CollectiveLog):
-    """CollectiveLog, with the peer (the group rank) appended to each send's and receive's event."""
-
-    def _logged(self, name, original):
-        logged = super()._logged(name, original)
-        if name not in ("send", "recv"):
-            return logged
-        log = self
-
-        def with_peer(group, *args, **kwargs):
-            before = len(log.events)
-            result = logged(group, *args, **kwargs)
-            if len(log.events) > before:
-                log.events[-1].append(int(args[1]) if len(args) > 1 else None)
-            return result
-
-        return with_peer
-
-
 def _assert_names_first(where, message, broken, names):
     """The first of the arguments' names that the message mentions (as a word) is the one to fix."""
     import re
@@ -280,7 +261,7 @@ def _ring_audit_driver(rank, world_size, module, cases):
 
     _switch_off_shortcuts(module)
     out = []
-    with _PeerLog() as log, _CountWaits() as waits:
+    with CollectiveLog() as log, _CountWaits() as waits:
         for case in cases:
             q, k, v = (_chunk_of(t, rank, case) for t in _qkv(case, world_size))
             kept = [t.clone() for t in (q, k, v)]
@@ -479,7 +460,7 @@ def _moe_driver(rank, world_size, module, cases):
     returned, the collectives each started, and whether the inputs were left unchanged."""
     _switch_off_shortcuts(module)
     out = []
-    with _PeerLog() as log:
+    with CollectiveLog() as log:
         for case in cases:
             experts, _, _ = _moe_sizes(case, world_size)
             local = experts // world_size

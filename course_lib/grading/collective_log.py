@@ -10,7 +10,8 @@ It patches the process group's methods, where every torch.distributed function p
 "allreduce", dist.all_gather_into_tensor "_allgather_base", dist.reduce_scatter "reduce_scatter", ...). torch's
 functional collectives bypass them: course_lib.grading.shortcuts switches those off while an exercise is graded.
 Each event: [method, elements of its first argument, its dtype, the reduce op ("SUM", "AVG", ... or None), the
-group's name]. Nothing is logged while `active` is False.
+group's name], and for a send or a receive the peer too (its rank in the group; None for recv_anysource).
+Nothing is logged while `active` is False.
 """
 
 from __future__ import annotations
@@ -78,7 +79,11 @@ class CollectiveLog:
                 op_name = None if op is None else next(
                     (n for n in REDUCE_OPS if op == getattr(dist.ReduceOp, n)), "other")
                 tensors = args[0] if args else None
-                log.events.append([name, _elements(tensors), _dtype(tensors), op_name, group.group_name])
+                event = [name, _elements(tensors), _dtype(tensors), op_name, group.group_name]
+                if name in ("send", "recv"):  # ProcessGroup.send(tensors, dst, tag), recv(tensors, src, tag)
+                    peer = args[1] if len(args) > 1 else kwargs.get("dstRank", kwargs.get("srcRank"))
+                    event.append(None if peer is None else int(peer))
+                log.events.append(event)
             return original(group, *args, **kwargs)
 
         return collective
