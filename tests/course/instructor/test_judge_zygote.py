@@ -133,3 +133,37 @@ def test_closing_the_zygote_leaves_no_process(tmp_path):
     pid = zygote._process.pid
     zygote.close()
     assert not _alive(pid) and not _alive(judge.pid)
+
+
+GRADER = '''
+import sys, time
+from pathlib import Path
+from course_lib.instructor.grade.judge import judge_env
+from course_lib.instructor.grade.judge_zygote import JudgeZygote
+
+zygote = JudgeZygote(judge_env(Path(sys.argv[1])))
+print(zygote._process.pid, flush=True)
+time.sleep(600)
+'''
+
+
+def test_the_zygote_dies_with_a_sigkilled_grader(tmp_path):
+    from course_lib.paths import ROOT
+
+    grader = subprocess.Popen([sys.executable, "-c", GRADER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    zygote = None
+    try:
+        zygote = int(grader.stdout.readline())
+        assert _alive(zygote)
+        grader.kill()  # no finally runs: the zygote's parent-death signal must stop it
+        grader.wait()
+        deadline = time.monotonic() + 10
+        while _alive(zygote) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(zygote), "the judge zygote outlived a SIGKILLed grader"
+    finally:
+        grader.kill()
+        grader.wait()
+        if zygote is not None and _alive(zygote):  # nothing left behind, even when the test fails
+            os.kill(zygote, signal.SIGKILL)
