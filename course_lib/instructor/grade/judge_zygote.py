@@ -59,6 +59,7 @@ class JudgeZygote:
         self._started: list[int] = []
         self._judges: dict[int, ForkedJudge] = {}
         self._reply = threading.Condition()
+        self.stopped = ""  # why the zygote no longer forks judges ('' while it does)
         self._process = subprocess.Popen(
             [sys.executable, "-m", "course_lib.instructor.grade.judge_zygote"],
             env={**env, **stopping.dies_with_me()}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -66,20 +67,31 @@ class JudgeZygote:
         self._reader = threading.Thread(target=self._read_replies, name="judge zygote", daemon=True)
         self._reader.start()
 
-    def start(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> ForkedJudge:
-        """Fork a judge that runs `pytest args` in `cwd` with exactly `env`, its output into `log`."""
+    def start(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> ForkedJudge | None:
+        """Fork a judge that runs `pytest args` in `cwd` with exactly `env`, its output into `log`; None once the
+        zygote has stopped or stalled (said once on stderr): the grader then starts each judge's Python itself."""
         with self._lock:
-            env = {k: v for k, v in env.items() if k != stopping.PARENT_VARIABLE}  # it dies with the zygote instead
-            request = {"args": args, "env": env, "cwd": str(cwd), "log": str(log)}
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            with self._reply:
-                if not self._reply.wait_for(lambda: self._started or self._process.poll() is not None, timeout=120):
-                    raise RuntimeError("the judge zygote did not fork a judge in 120 s")
-                if not self._started:
-                    raise RuntimeError(f"the judge zygote stopped (exit code {self._process.poll()})")
-                judge = self._judges[self._started.pop(0)]
-        return judge
+            if self.stopped:
+                return None
+            try:
+                return self._fork(args, env, cwd, log)
+            except (OSError, RuntimeError) as error:
+                self.stopped = str(error) if isinstance(error, RuntimeError) else f"the judge zygote stopped ({error})"
+                print(f"WARNING: {self.stopped}; from now on each judge starts Python and imports torch itself",
+                      file=sys.stderr, flush=True)
+                return None
+
+    def _fork(self, args: list[str], env: dict[str, str], cwd: Path, log: Path) -> ForkedJudge:
+        env = {k: v for k, v in env.items() if k != stopping.PARENT_VARIABLE}  # it dies with the zygote instead
+        request = {"args": args, "env": env, "cwd": str(cwd), "log": str(log)}
+        self._process.stdin.write(json.dumps(request) + "\n")
+        self._process.stdin.flush()
+        with self._reply:
+            if not self._reply.wait_for(lambda: self._started or self._process.poll() is not None, timeout=120):
+                raise RuntimeError("the judge zygote did not fork a judge in 120 s")
+            if not self._started:
+                raise RuntimeError(f"the judge zygote stopped (exit code {self._process.poll()})")
+            return self._judges[self._started.pop(0)]
 
     def _read_replies(self) -> None:
         for line in self._process.stdout:

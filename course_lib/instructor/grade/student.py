@@ -193,9 +193,10 @@ def _run(command: list[str], s: Settings, scratch: Path, log_path: Path, uid: in
     """Run the judge; its exit code, or None if the per-student time limit ran out."""
     env = {**judge_env(scratch, s.isolation.mode == "bwrap"), **stopping.dies_with_me()}
     pytest_args = command[3:] if command[1:3] == ["-m", "pytest"] else None
+    process = None
     if s.zygote is not None and pytest_args is not None:  # forked from the zygote, which has torch imported
         process = s.zygote.start(pytest_args, env, s.judge.folder, log_path)
-    else:
+    if process is None:
         with open(log_path, "wb") as log:
             # A session of its own, killed as a group (_stop); and it dies with the grader, even a SIGKILLed one
             # (its sandbox with it: bwrap --die-with-parent).

@@ -167,3 +167,19 @@ def test_the_zygote_dies_with_a_sigkilled_grader(tmp_path):
         grader.wait()
         if zygote is not None and _alive(zygote):  # nothing left behind, even when the test fails
             os.kill(zygote, signal.SIGKILL)
+
+
+def test_a_zygote_that_stopped_forks_nothing_more_and_says_so_once(tmp_path, capsys):
+    home = tmp_path / "home"
+    home.mkdir()
+    zygote = JudgeZygote(judge_env(home))
+    try:
+        zygote._process.kill()
+        zygote._process.wait()
+        assert zygote.start(["-q"], _judge_env(tmp_path), tmp_path, tmp_path / "judge.log") is None
+        assert zygote.start(["-q"], _judge_env(tmp_path), tmp_path, tmp_path / "judge.log") is None
+        said = capsys.readouterr().err
+        assert said.count("WARNING") == 1 and "each judge starts Python" in said, said
+        assert zygote.stopped
+    finally:
+        zygote.close()
