@@ -74,10 +74,6 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
     calibration = 0.0 if reference in ("none", "cached") else float(reference.split()[0])
     # 100 students: the calibration once, then the students at the rate measured here (wall less calibration).
     projected = calibration + 100 * max(0.0, seconds - calibration) / len(grades)
-    # 100 correct students: the calibration once, then `jobs` judges at a time, each as long as the median correct
-    # student's here (they share the cores as these did).
-    correct = sorted(float(r["seconds"]) for r in grades if r["student"].startswith("student"))
-    correct_projected = calibration + 100 * correct[len(correct) // 2] / jobs if correct else float("nan")
     breakdown = {}
     for row in grades:
         results = json.loads((out / row["student"] / "results.json").read_text())
@@ -93,8 +89,7 @@ def grade_once(submissions: Path, out: Path, jobs: int, isolation: str, exercise
     shutil.rmtree(out)
     return [isolation, jobs, len(grades), f"{seconds:.1f}", f"{seconds / len(grades):.1f}",
             f"{per_student[len(per_student) // 2]:.1f}", f"{per_student[-1]:.1f}", f"{full}/{len(grades)}",
-            grades[0]["possible"], reference, f"{projected / 60:.1f}", f"{correct_projected / 60:.1f}",
-            f"{load:.1f}"], breakdown
+            grades[0]["possible"], reference, f"{projected / 60:.1f}", f"{load:.1f}"], breakdown
 
 
 def print_breakdown(label: str, breakdown: dict) -> None:
@@ -143,10 +138,9 @@ def main() -> None:
           f"{len(os.sched_getaffinity(0))} cores, as {'root' if os.geteuid() == 0 else 'a normal user'}"
           + (f", grader options {' '.join(extra)}" if extra else ""))
     print_table(["isolation", "jobs", "students", "wall s", "wall s / student", "median s in judge", "slowest s",
-                 "full marks", "points", "reference", "100 students, min", "100 correct, min", "load"], rows)
-    print("(100 students, min: the calibration once, then 100 students at this run's rate, loopers included; "
-          "100 correct, min: the calibration once, then 100 students each as long in its judge as the median correct "
-          "one here, --jobs at a time; wall s includes the calibration unless cached)")
+                 "full marks", "points", "reference", "100 students, min", "load"], rows)
+    print("(100 students, min: the calibration once, then 100 students at this run's rate, loopers included: "
+          "without --loopers, a class of correct students; wall s includes the calibration unless cached)")
     for label, breakdown in breakdowns:
         print_breakdown(label, breakdown)
 
