@@ -31,7 +31,7 @@ PRELOADS = ("pytest", "hypothesis", "hypothesis.strategies", "numpy", "torch", "
 
 
 class ForkedJudge:
-    """A judge forked by the zygote: `pid`, `wait(timeout)` and `returncode` as subprocess.Popen has them."""
+    """A judge forked by the zygote: `pid`, `wait(timeout)` and `returncode`, what the grader uses of a Popen."""
 
     def __init__(self, pid: int):
         self.pid = pid
@@ -41,9 +41,6 @@ class ForkedJudge:
     def wait(self, timeout: float | None = None) -> int:
         if not self._done.wait(timeout):
             raise subprocess.TimeoutExpired(f"judge {self.pid}", timeout)
-        return self.returncode
-
-    def poll(self) -> int | None:
         return self.returncode
 
     def _exited(self, returncode: int) -> None:
